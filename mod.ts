@@ -1,0 +1,84 @@
+/**
+ * airlock runs code that holds process-level state (native database
+ * clients, vector indexes, any module-level singleton) in isolated worker
+ * processes, on Deno and Bun. The parent never imports the client: it talks
+ * to a worker process over stdin/stdout with length-prefixed frames.
+ *
+ * - `oneShot`: a fresh process per call, so each call sees the disk as it is now;
+ * - `session`: one long-lived worker with concurrent calls, timeouts, crash
+ *   recovery, setup replay and a real `restart()`;
+ * - `pool`: many workers, lazily started, idle-reaped, recycled, cancellable.
+ *
+ * ```ts ignore
+ * import { session } from "@airlock/airlock";
+ * import type db from "./workers/db.ts"; // type only: the client never loads here
+ *
+ * await using s = await session<typeof db>(new URL("./workers/db.ts", import.meta.url), {
+ *   permissions: { read: ["./data"], write: ["./data"] },
+ * });
+ * console.log(await s.query("hello", 3));
+ * ```
+ *
+ * @module
+ */
+
+export {
+  AirlockError,
+  type AirlockErrorOptions,
+  PermissionError,
+  type PermissionErrorOptions,
+  PoolBusyError,
+  type PoolBusyErrorOptions,
+  ProtocolError,
+  type ProtocolErrorOptions,
+  RemoteError,
+  type RemoteErrorOptions,
+  SessionClosedError,
+  type SessionClosedErrorOptions,
+  signalHint,
+  WorkerCrashedError,
+  type WorkerCrashedErrorOptions,
+  WorkerStartError,
+  type WorkerStartErrorOptions,
+  type WorkerStartFailure,
+  WorkerTimeoutError,
+  type WorkerTimeoutErrorOptions,
+} from "./src/errors.ts";
+export {
+  type Session,
+  session,
+  type SessionHandle,
+  type SessionOptions,
+  type SessionStats,
+} from "./src/parent/session.ts";
+export {
+  type OneShot,
+  oneShot,
+  type OneShotHandle,
+  type OneShotOptions,
+} from "./src/parent/one_shot.ts";
+export {
+  type CallOptions,
+  DEFAULT_CALL_TIMEOUT_MS,
+  DEFAULT_CANCEL_GRACE_MS,
+  DEFAULT_CLOSE_GRACE_MS,
+  DEFAULT_MAX_RETRIES,
+  DEFAULT_START_TIMEOUT_MS,
+  type RuntimeOption,
+  type SandboxOption,
+  type SetupCall,
+  type WorkerOptions,
+} from "./src/parent/options.ts";
+export type { LogSource } from "./src/parent/connection.ts";
+export type {
+  ArgsOf,
+  HandlersOf,
+  OpOf,
+  ResultOf,
+  WorkerApi,
+  WorkerCall,
+} from "./src/parent/proxy.ts";
+export type {
+  Permissions,
+  PermissionsOption,
+} from "./src/runtime/permissions.ts";

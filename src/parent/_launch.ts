@@ -1,0 +1,192 @@
+/**
+ * Starting a worker: spawn, ready handshake, `setup` replay, and respawns
+ * after a crash during start, bounded by `maxRetries` with a short backoff.
+ * Shared by sessions, one-shot calls and pools. Private to src/parent.
+ *
+ * @module
+ */
+
+import {
+  AirlockError,
+  RemoteError,
+  WorkerCrashedError,
+  WorkerStartError,
+  WorkerTimeoutError,
+} from "../errors.ts";
+import type { RuntimeAdapter } from "../runtime/types.ts";
+import {
+  buildWorkerCommand,
+  type WorkerCommand,
+} from "../runtime/worker_command.ts";
+import {
+  type CallRecord,
+  type Connection,
+  type ConnectionEvents,
+  startConnection,
+} from "./connection.ts";
+import { createCall } from "./_call.ts";
+import type { ResolvedWorkerOptions } from "./options.ts";
+
+/** Backoff before respawn number n (1-based), in ms. */
+function backoffMs(attempt: number): number {
+  return Math.min(1_000, 50 * 4 ** (attempt - 1));
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Events routed to whoever owns the connection now. */
+export interface RoutedEvents extends ConnectionEvents {
+  /** Replaces the target of the events. */
+  route(target: ConnectionEvents): void;
+}
+
+/**
+ * Events that go to a target that can be swapped once the start is done.
+ *
+ * @param initial Where events go first.
+ * @returns The routed events.
+ */
+export function routedEvents(initial: ConnectionEvents): RoutedEvents {
+  let target = initial;
+  return {
+    onLost: (calls, exit) => target.onLost(calls, exit),
+    onTimeout: (call) => target.onTimeout(call),
+    onAnswer: (call) => target.onAnswer(call),
+    route(next) {
+      target = next;
+    },
+  };
+}
+
+/** Events during start: setup calls lost in a crash fail with the crash. */
+function startEvents(connection: () => Connection | undefined): ConnectionEvents {
+  return {
+    onLost(calls: CallRecord[], exit) {
+      const conn = connection();
+      for (const call of calls) {
+        call.reject(
+          conn ? conn.crashError(call, exit) : new AirlockError("worker lost"),
+        );
+      }
+    },
+    onTimeout() {},
+    onAnswer() {},
+  };
+}
+
+function isDeterministic(error: unknown): boolean {
+  return error instanceof WorkerStartError &&
+    (error.failure === "import" || error.failure === "definition" ||
+      error.failure === "spawn" || error.failure === "setup");
+}
+
+/**
+ * Builds the command for a worker of these options.
+ *
+ * @param options The resolved options.
+ * @param adapter The parent's runtime.
+ * @returns The command.
+ */
+export function commandFor(
+  options: ResolvedWorkerOptions,
+  adapter: RuntimeAdapter,
+): WorkerCommand {
+  return buildWorkerCommand(options, adapter);
+}
+
+/**
+ * Starts a worker, replays `setup`, and respawns after crashes during start
+ * up to `maxRetries` times. Import, definition and setup errors are not
+ * retried: they would fail the same way again.
+ *
+ * @param options The resolved options.
+ * @param adapter The parent's runtime.
+ * @param events Where the connection's events go once started.
+ * @returns The ready connection.
+ * @throws {WorkerStartError} when it cannot start.
+ * @throws {WorkerTimeoutError} when the start passes `startTimeoutMs` on every attempt.
+ */
+export async function launchWorker(
+  options: ResolvedWorkerOptions,
+  adapter: RuntimeAdapter,
+  events: ConnectionEvents,
+): Promise<Connection> {
+  let lastError: unknown;
+  const attempts = options.maxRetries + 1;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    if (attempt > 1) await delay(backoffMs(attempt - 1));
+    let conn: Connection | undefined;
+    const routed = routedEvents(startEvents(() => conn));
+    conn = startConnection({
+      adapter,
+      command: commandFor(options, adapter),
+      maxFrameBytes: options.maxFrameBytes,
+      startTimeoutMs: options.startTimeoutMs,
+      cancelGraceMs: options.cancelGraceMs,
+      onLog: options.onLog,
+      events: routed,
+    });
+    try {
+      await conn.ready;
+      for (const [op, ...args] of options.setup) {
+        const call = createCall(op, args, options.startTimeoutMs, undefined, false);
+        conn.send(call);
+        try {
+          await call.promise;
+        } catch (error: unknown) {
+          if (error instanceof RemoteError) {
+            throw new WorkerStartError({
+              module: options.label,
+              failure: "setup",
+              pid: conn.pid,
+              detail: `setup call "${op}" failed: ${error.name}: ${error.message}`,
+              stderrTail: conn.stderrTail,
+              cause: error,
+            });
+          }
+          throw error;
+        }
+      }
+      routed.route(events);
+      return conn;
+    } catch (error: unknown) {
+      conn.kill("the start failed", true);
+      await conn.closed;
+      lastError = error instanceof WorkerTimeoutError ||
+          error instanceof WorkerStartError
+        ? error
+        : error instanceof WorkerCrashedError
+        ? new WorkerStartError({
+          module: options.label,
+          failure: "exited",
+          pid: error.pid,
+          exitCode: error.exitCode,
+          signal: error.signal,
+          detail: `it died during setup call "${error.op}"`,
+          stderrTail: error.stderrTail,
+          cause: error,
+        })
+        : new WorkerStartError({
+          module: options.label,
+          failure: "setup",
+          pid: conn.pid,
+          detail: `setup failed: ${
+            error instanceof Error ? error.message : String(error)
+          }`,
+          stderrTail: conn.stderrTail,
+          cause: error,
+        });
+      if (isDeterministic(lastError)) throw lastError;
+    }
+  }
+  if (attempts === 1) throw lastError;
+  const last = lastError instanceof Error ? lastError.message : String(lastError);
+  throw new WorkerStartError({
+    module: options.label,
+    failure: "retries",
+    detail: `it failed to start ${attempts} times in a row (maxRetries ${options.maxRetries}); last failure: ${last}`,
+    cause: lastError,
+  });
+}

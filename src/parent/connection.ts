@@ -1,0 +1,701 @@
+/**
+ * One live worker process: spawn, ready handshake, request-id routing,
+ * per-call deadlines, cancel with a grace period, stderr tail, and exit
+ * diagnostics. Sessions, one-shot calls and pools are built from these.
+ *
+ * @module
+ */
+
+import {
+  ProtocolError,
+  RemoteError,
+  WorkerCrashedError,
+  WorkerStartError,
+  WorkerTimeoutError,
+} from "../errors.ts";
+import { FrameReader } from "../protocol/frame.ts";
+import {
+  CONTROL_ID,
+  decodeMessage,
+  encodeMessage,
+  type HelloMessage,
+  type WorkerMessage,
+} from "../protocol/messages.ts";
+import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
+import type { WorkerCommand } from "../runtime/worker_command.ts";
+import { readRssBytes } from "../runtime/proc.ts";
+
+/** Bytes of stderr (and stray stdout) kept for crash reports. */
+export const STDERR_TAIL_BYTES = 8 * 1024;
+/** How long to keep reading stdout after the process exited. */
+const DRAIN_AFTER_EXIT_MS = 1_000;
+
+/** Where a worker's log lines go. */
+export type LogSink = (line: string, source: LogSource) => void;
+
+/** Who wrote a log line. */
+export interface LogSource {
+  /** The worker module (or command). */
+  module: string;
+  /** The worker's pid. */
+  pid: number;
+  /** `"stderr"`, or `"stdout"` for stray bytes on the frame stream. */
+  stream: "stderr" | "stdout";
+}
+
+/** One call on its way through a connection. Owned by a session or pool. */
+export interface CallRecord {
+  /** The request id (unique per parent process, so a retry may keep it). */
+  readonly id: number;
+  /** The op. */
+  readonly op: string;
+  /** The encoded frame. */
+  readonly chunks: Uint8Array[];
+  /** Deadline once written, in ms; 0 for none. */
+  readonly timeoutMs: number;
+  /** Whether the op may run twice. */
+  readonly idempotent: boolean;
+  /** Times it has been handed to a worker. */
+  attempts: number;
+  /** Whether it has ever been (or started to be) written to a worker. */
+  written: boolean;
+  /** Whether its promise has settled. */
+  settled: boolean;
+  /** Settles the call. */
+  resolve(value: unknown): void;
+  /** Settles the call. */
+  reject(error: unknown): void;
+}
+
+/** How a connection ended. */
+export interface ConnectionExit {
+  /** The exit code, or `null` when a signal ended it. */
+  code: number | null;
+  /** The signal name, or `null`. */
+  signal: string | null;
+  /** Why airlock stopped it, if it did. */
+  reason: string | undefined;
+  /** Whether the exit was asked for (close, restart, recycle). */
+  requested: boolean;
+  /** The tail of stderr. */
+  stderrTail: string;
+  /** The worker's pid. */
+  pid: number;
+  /** A protocol violation that ended it, if any. */
+  protocolError: ProtocolError | undefined;
+}
+
+/** What a connection tells its owner. */
+export interface ConnectionEvents {
+  /** Calls that were in flight when the process went away, not yet settled. */
+  onLost(calls: CallRecord[], exit: ConnectionExit): void;
+  /** A call passed its deadline and was rejected. */
+  onTimeout(call: CallRecord): void;
+  /** A call was answered. */
+  onAnswer(call: CallRecord): void;
+}
+
+/** Options of {@linkcode startConnection}. */
+export interface ConnectionOptions {
+  /** The runtime adapter that spawns. */
+  adapter: RuntimeAdapter;
+  /** What to run. */
+  command: WorkerCommand;
+  /** Largest frame accepted from the worker. */
+  maxFrameBytes: number;
+  /** Deadline for the ready handshake, in ms; 0 for none. */
+  startTimeoutMs: number;
+  /** How long a cancelled call may keep running before the worker is killed. */
+  cancelGraceMs: number;
+  /** Where log lines go. */
+  onLog: LogSink;
+  /** Events for the owner. */
+  events: ConnectionEvents;
+}
+
+const live = new Set<ChildHandle>();
+const exitHooks = new WeakSet<RuntimeAdapter>();
+
+function reapOnExit(adapter: RuntimeAdapter): void {
+  if (exitHooks.has(adapter)) return;
+  exitHooks.add(adapter);
+  adapter.onExit(() => {
+    for (const child of live) child.kill("SIGKILL");
+  });
+}
+
+function timeoutReason(call: CallRecord): string {
+  return `killed by airlock because call "${call.op}" (id ${call.id}) timed out twice in a row`;
+}
+
+/** A live worker process. Create with {@linkcode startConnection}. */
+export class Connection {
+  /** The worker module (or command), for messages. */
+  readonly module: string;
+  /** The pid airlock spawned (a sandbox's or launcher's pid when wrapped). */
+  readonly spawnPid: number;
+  /** When the process was spawned (ms since the epoch). */
+  readonly startedAt: number;
+  /** Settles with the hello once ready; rejects with a start error. */
+  readonly ready: Promise<HelloMessage>;
+  /** Settles once the process is gone and its output is drained. */
+  readonly closed: Promise<ConnectionExit>;
+
+  #options: ConnectionOptions;
+  #child: ChildHandle;
+  #hello: HelloMessage | undefined;
+  #pending = new Map<number, CallRecord>();
+  #timers = new Map<number, ReturnType<typeof setTimeout>>();
+  #cancelling = new Map<number, ReturnType<typeof setTimeout>>();
+  #tail = "";
+  #killReason: string | undefined;
+  #requested = false;
+  #protocolError: ProtocolError | undefined;
+  #exit: ConnectionExit | undefined;
+  #resolveReady!: (hello: HelloMessage) => void;
+  #rejectReady!: (error: Error) => void;
+  #fatal: { phase: "import" | "definition"; error: Error } | undefined;
+  #truncated: { expectedBytes: number; receivedBytes: number } | undefined;
+  #consecutiveTimeouts = 0;
+
+  /** @internal Use {@linkcode startConnection}. */
+  constructor(options: ConnectionOptions, child: ChildHandle) {
+    this.#options = options;
+    this.#child = child;
+    this.module = options.command.module;
+    this.spawnPid = child.pid;
+    this.startedAt = Date.now();
+    this.ready = new Promise<HelloMessage>((resolve, reject) => {
+      this.#resolveReady = resolve;
+      this.#rejectReady = reject;
+    });
+    this.ready.catch(() => {});
+    live.add(child);
+    reapOnExit(options.adapter);
+    const stdoutDone = this.#pumpStdout();
+    const stderrDone = this.#pumpStderr();
+    this.closed = this.#watchExit(stdoutDone, stderrDone);
+    if (options.startTimeoutMs > 0) {
+      const timer = setTimeout(() => {
+        if (this.#hello || this.#exit) return;
+        const error = new WorkerTimeoutError({
+          module: this.module,
+          pid: this.spawnPid,
+          timeoutMs: options.startTimeoutMs,
+          elapsedMs: Date.now() - this.startedAt,
+          phase: "start",
+        });
+        this.#rejectReady(error);
+        this.kill("not ready before startTimeoutMs");
+      }, options.startTimeoutMs);
+      this.ready.then(() => clearTimeout(timer), () => clearTimeout(timer));
+    }
+  }
+
+  /** The worker's pid: from its hello once ready (the real worker inside any sandbox). */
+  get pid(): number {
+    return this.#hello?.pid ?? this.spawnPid;
+  }
+
+  /** The hello, once ready. */
+  get hello(): HelloMessage | undefined {
+    return this.#hello;
+  }
+
+  /** Calls written and not yet answered. */
+  get inFlight(): number {
+    return this.#pending.size;
+  }
+
+  /** Whether the process is still running (as far as airlock knows). */
+  get alive(): boolean {
+    return this.#exit === undefined && this.#killReason === undefined &&
+      !this.#protocolError;
+  }
+
+  /** Whether a shutdown, kill or exit has begun. */
+  get stopping(): boolean {
+    return this.#requested || this.#killReason !== undefined ||
+      this.#exit !== undefined || this.#protocolError !== undefined;
+  }
+
+  /** The tail of the worker's stderr. */
+  get stderrTail(): string {
+    return this.#tail;
+  }
+
+  /** Calls that timed out in a row without an answer in between. */
+  get consecutiveTimeouts(): number {
+    return this.#consecutiveTimeouts;
+  }
+
+  /** Resident memory of the worker process in bytes, when it can be read. */
+  rssBytes(): number | undefined {
+    if (!this.#options.command.local) return undefined;
+    return readRssBytes(this.pid);
+  }
+
+  /**
+   * Writes a call to the worker. Its promise settles through the record.
+   *
+   * @param call The call.
+   */
+  send(call: CallRecord): void {
+    call.attempts++;
+    call.written = true;
+    this.#pending.set(call.id, call);
+    this.#syncRef();
+    this.#child.write(call.chunks).then(() => {
+      if (call.timeoutMs > 0 && this.#pending.get(call.id) === call) {
+        const startedAt = Date.now();
+        this.#timers.set(
+          call.id,
+          setTimeout(() => this.#timeout(call, startedAt), call.timeoutMs),
+        );
+      }
+    }, () => {
+      // The pipe broke: the exit handler reports the call as lost.
+    });
+  }
+
+  #timeout(call: CallRecord, startedAt: number): void {
+    this.#timers.delete(call.id);
+    if (this.#pending.get(call.id) !== call) return;
+    this.#pending.delete(call.id);
+    this.#consecutiveTimeouts++;
+    this.#syncRef();
+    this.#writeCancel(call.id);
+    call.reject(
+      new WorkerTimeoutError({
+        module: this.module,
+        op: call.op,
+        pid: this.pid,
+        timeoutMs: call.timeoutMs,
+        elapsedMs: Date.now() - startedAt,
+        phase: "call",
+      }),
+    );
+    if (this.#consecutiveTimeouts >= 2) this.kill(timeoutReason(call));
+    this.#options.events.onTimeout(call);
+  }
+
+  /**
+   * Abandons a call in flight: rejects it with `reason`, tells the worker to
+   * abort it, and kills the worker if the handler has not finished after the
+   * grace period.
+   *
+   * @param call The call.
+   * @param reason What the call rejects with.
+   * @returns Whether the call was in flight here.
+   */
+  cancel(call: CallRecord, reason: unknown): boolean {
+    if (this.#pending.get(call.id) !== call) return false;
+    this.#pending.delete(call.id);
+    this.#clearTimer(call.id);
+    this.#syncRef();
+    call.reject(reason);
+    this.#writeCancel(call.id);
+    const grace = this.#options.cancelGraceMs;
+    this.#cancelling.set(
+      call.id,
+      setTimeout(() => {
+        this.#cancelling.delete(call.id);
+        this.kill(
+          `killed by airlock because cancelled call "${call.op}" (id ${call.id}) did not stop within ${grace} ms`,
+        );
+      }, grace),
+    );
+    return true;
+  }
+
+  #writeCancel(id: number): void {
+    if (this.#exit) return;
+    this.#child.write(encodeMessage({ type: "cancel", id })).catch(() => {});
+  }
+
+  #clearTimer(id: number): void {
+    const timer = this.#timers.get(id);
+    if (timer !== undefined) {
+      clearTimeout(timer);
+      this.#timers.delete(id);
+    }
+  }
+
+  /**
+   * Settles once no call is in flight here.
+   *
+   * @returns A promise.
+   */
+  idle(): Promise<void> {
+    if (this.#pending.size === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  #idleWaiters: (() => void)[] = [];
+
+  #syncRef(): void {
+    if (this.#pending.size === 0 && this.#idleWaiters.length > 0) {
+      const waiters = this.#idleWaiters;
+      this.#idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+    if (this.#exit) return;
+    this.#child.setRef(
+      this.#pending.size > 0 || this.#cancelling.size > 0 || !this.#hello ||
+        this.#requested,
+    );
+  }
+
+  /**
+   * Kills the process (its process group) at once.
+   *
+   * @param reason Why, for the crash report of the calls it was running.
+   * @param requested Whether the owner asked for this exit (no crash to report).
+   */
+  kill(reason: string, requested = false): void {
+    if (this.#exit) return;
+    if (requested) this.#requested = true;
+    this.#killReason ??= reason;
+    this.#child.kill("SIGKILL");
+  }
+
+  /**
+   * Asks the worker to finish what it is running and exit; escalates to
+   * SIGTERM and then SIGKILL if it does not exit within `graceMs` each.
+   *
+   * @param graceMs How long each step may take.
+   * @returns How it ended.
+   */
+  async shutdown(graceMs: number): Promise<ConnectionExit> {
+    if (this.#exit) return this.#exit;
+    this.#requested = true;
+    this.#syncRef();
+    if (this.#hello && !this.#protocolError) {
+      this.#child.write(encodeMessage({ type: "shutdown", id: CONTROL_ID }))
+        .catch(() => {});
+    } else {
+      this.#child.closeStdin();
+    }
+    if (await this.#exitedWithin(graceMs)) return this.closed;
+    this.#killReason ??= `did not exit within ${graceMs} ms of shutdown`;
+    this.#child.kill("SIGTERM");
+    if (await this.#exitedWithin(graceMs)) return this.closed;
+    this.#child.kill("SIGKILL");
+    return this.closed;
+  }
+
+  #exitedWithin(ms: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), ms);
+      this.closed.then(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  #log(line: string, stream: "stderr" | "stdout"): void {
+    try {
+      this.#options.onLog(line, { module: this.module, pid: this.pid, stream });
+    } catch {
+      // A throwing log sink must not break the connection.
+    }
+  }
+
+  #keepTail(text: string): void {
+    this.#tail += text;
+    if (this.#tail.length > STDERR_TAIL_BYTES) {
+      this.#tail = this.#tail.slice(this.#tail.length - STDERR_TAIL_BYTES);
+    }
+  }
+
+  async #pumpStdout(): Promise<void> {
+    const decoder = new TextDecoder();
+    const frames = new FrameReader({
+      maxFrameBytes: this.#options.maxFrameBytes,
+      onFrame: (frame) => this.#onMessage(decodeMessage(frame)),
+      onStray: (bytes) => {
+        const text = decoder.decode(bytes, { stream: true });
+        this.#keepTail(text);
+        for (const line of text.split("\n")) {
+          if (line) this.#log(line, "stdout");
+        }
+      },
+    });
+    const reader = this.#child.stdout.getReader();
+    this.#stdoutReader = reader;
+    try {
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        frames.push(value);
+      }
+      this.#truncated = frames.end().truncated;
+    } catch (error: unknown) {
+      if (error instanceof ProtocolError) {
+        this.#protocolError = new ProtocolError(error.message, {
+          module: this.module,
+          cause: error,
+        });
+        this.kill(`killed by airlock after a protocol error: ${error.message}`);
+        reader.cancel().catch(() => {});
+      } else if (this.#exit === undefined && !this.#stdoutCancelled) {
+        this.#keepTail(
+          `\n[airlock: cannot read worker stdout: ${
+            error instanceof Error ? error.message : String(error)
+          }]\n`,
+        );
+      }
+    }
+  }
+
+  #stdoutReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  #stdoutCancelled = false;
+
+  async #pumpStderr(): Promise<void> {
+    const decoder = new TextDecoder();
+    let partial = "";
+    const reader = this.#child.stderr.getReader();
+    this.#stderrReader = reader;
+    try {
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        const text = decoder.decode(value, { stream: true });
+        this.#keepTail(text);
+        const lines = (partial + text).split("\n");
+        partial = lines.pop() ?? "";
+        for (const line of lines) this.#log(line, "stderr");
+      }
+    } catch {
+      // The pipe went away with the process.
+    }
+    if (partial) this.#log(partial, "stderr");
+  }
+
+  #stderrReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+
+  #onMessage(message: WorkerMessage | ReturnType<typeof decodeMessage>): void {
+    if (!this.#hello) {
+      if (message.type === "hello") {
+        this.#hello = message;
+        this.#syncRef();
+        this.#resolveReady(message);
+        return;
+      }
+      if (message.type === "fatal") {
+        this.#fatal = { phase: message.phase, error: message.error };
+        return;
+      }
+      throw new ProtocolError(
+        `Cannot read message: expected "hello" first, received "${message.type}"`,
+      );
+    }
+    switch (message.type) {
+      case "result":
+      case "error": {
+        const call = this.#pending.get(message.id);
+        if (!call) {
+          // Late answer to a call that timed out or was cancelled: dropped.
+          const grace = this.#cancelling.get(message.id);
+          if (grace !== undefined) {
+            clearTimeout(grace);
+            this.#cancelling.delete(message.id);
+            this.#syncRef();
+          }
+          return;
+        }
+        this.#pending.delete(message.id);
+        this.#clearTimer(message.id);
+        this.#consecutiveTimeouts = 0;
+        this.#syncRef();
+        if (message.type === "result") call.resolve(message.value);
+        else call.reject(this.#remoteError(call.op, message.error));
+        this.#options.events.onAnswer(call);
+        return;
+      }
+      case "shutdown-ack":
+        return;
+      case "hello":
+      case "fatal":
+        throw new ProtocolError(
+          `Cannot read message: unexpected "${message.type}" after hello`,
+        );
+      default:
+        throw new ProtocolError(
+          `Cannot read message: a worker may not send "${message.type}"`,
+        );
+    }
+  }
+
+  #remoteError(op: string, value: unknown): RemoteError {
+    return toRemoteError(value, { module: this.module, op, pid: this.pid });
+  }
+
+  async #watchExit(
+    stdoutDone: Promise<void>,
+    stderrDone: Promise<void>,
+  ): Promise<ConnectionExit> {
+    const status = await this.#child.exited;
+    live.delete(this.#child);
+    // A reply written just before exiting still counts: drain stdout first.
+    let drainTimer: ReturnType<typeof setTimeout> | undefined;
+    const drained = await Promise.race([
+      Promise.all([stdoutDone, stderrDone]).then(() => true),
+      new Promise<false>((resolve) => {
+        drainTimer = setTimeout(() => resolve(false), DRAIN_AFTER_EXIT_MS);
+      }),
+    ]);
+    clearTimeout(drainTimer);
+    if (!drained) {
+      this.#stdoutCancelled = true;
+      this.#stdoutReader?.cancel().catch(() => {});
+      this.#stderrReader?.cancel().catch(() => {});
+    }
+    const mapped = this.#options.command.mapExit(status.code, status.signal);
+    const exit: ConnectionExit = {
+      code: mapped.code,
+      signal: mapped.signal,
+      reason: this.#killReason,
+      requested: this.#requested,
+      stderrTail: this.#tail,
+      pid: this.pid,
+      protocolError: this.#protocolError,
+    };
+    this.#exit = exit;
+    for (const timer of this.#timers.values()) clearTimeout(timer);
+    for (const timer of this.#cancelling.values()) clearTimeout(timer);
+    this.#timers.clear();
+    this.#cancelling.clear();
+    if (!this.#hello) this.#rejectReady(this.#startError(exit));
+    const lost = [...this.#pending.values()];
+    this.#pending.clear();
+    if (lost.length > 0) this.#options.events.onLost(lost, exit);
+    this.#syncRef();
+    return exit;
+  }
+
+  #startError(exit: ConnectionExit): WorkerStartError {
+    const base = {
+      module: this.module,
+      pid: this.spawnPid,
+      exitCode: exit.code,
+      signal: exit.signal,
+      stderrTail: exit.stderrTail,
+    };
+    if (this.#fatal) {
+      const error = this.#fatal.error;
+      return new WorkerStartError({
+        ...base,
+        failure: this.#fatal.phase,
+        detail: this.#fatal.phase === "import"
+          ? `the module threw during import: ${error.name}: ${error.message}`
+          : `invalid worker definition: ${error.message}`,
+        remoteMessage: error.message,
+        remoteStack: error.stack,
+        cause: error,
+      });
+    }
+    if (exit.protocolError) {
+      return new WorkerStartError({
+        ...base,
+        failure: "handshake",
+        detail: `it broke the protocol before ready: ${exit.protocolError.message}`,
+        cause: exit.protocolError,
+      });
+    }
+    const truncated = this.#truncated
+      ? ` (a frame was cut short: ${this.#truncated.receivedBytes} of ${this.#truncated.expectedBytes} bytes)`
+      : "";
+    return new WorkerStartError({
+      ...base,
+      failure: "exited",
+      detail: `${exit.reason ?? "the process ended before it was ready"}${truncated}`,
+    });
+  }
+
+  /**
+   * The crash error for a call lost with this process.
+   *
+   * @param call The call.
+   * @param exit How the process ended.
+   * @returns The error.
+   */
+  crashError(call: CallRecord, exit: ConnectionExit): WorkerCrashedError {
+    return new WorkerCrashedError({
+      module: this.module,
+      pid: exit.pid,
+      exitCode: exit.code,
+      signal: exit.signal,
+      stderrTail: exit.stderrTail,
+      op: call.op,
+      reason: exit.protocolError
+        ? `the worker broke the protocol (${exit.protocolError.message})`
+        : exit.reason,
+      ...(exit.protocolError ? { cause: exit.protocolError } : {}),
+    });
+  }
+}
+
+/**
+ * Rebuilds a `RemoteError` from what a worker sent as an error.
+ *
+ * @param value The decoded error value.
+ * @param where The module, op and pid.
+ * @returns The remote error.
+ */
+export function toRemoteError(
+  value: unknown,
+  where: { module: string; op: string; pid: number },
+): RemoteError {
+  if (value instanceof Error) {
+    const properties: Record<string, unknown> = {};
+    for (const key of Object.keys(value)) {
+      if (key === "name" || key === "message" || key === "stack") continue;
+      if (key === "cause") continue;
+      properties[key] = (value as unknown as Record<string, unknown>)[key];
+    }
+    return new RemoteError({
+      ...where,
+      remoteName: value.name,
+      remoteMessage: value.message,
+      remoteStack: value.stack,
+      properties,
+      ...("cause" in value ? { cause: value.cause } : {}),
+    });
+  }
+  return new RemoteError({
+    ...where,
+    remoteName: "Error",
+    remoteMessage: typeof value === "string"
+      ? value
+      : `the handler threw a non-error value: ${String(value)}`,
+    properties: { value },
+  });
+}
+
+/**
+ * Spawns a worker and returns its connection at once; await `ready` for the
+ * handshake.
+ *
+ * @param options What to run and where events go.
+ * @returns The connection.
+ * @throws {WorkerStartError} when the program cannot be spawned.
+ */
+export function startConnection(options: ConnectionOptions): Connection {
+  let child: ChildHandle;
+  try {
+    child = options.adapter.spawn(options.command.spawn);
+  } catch (error: unknown) {
+    const program = options.command.spawn.argv[0] ?? "";
+    throw new WorkerStartError({
+      module: options.command.module,
+      failure: "spawn",
+      detail: `cannot spawn "${program}": ${
+        error instanceof Error ? error.message : String(error)
+      }`,
+      cause: error,
+    });
+  }
+  return new Connection(options, child);
+}

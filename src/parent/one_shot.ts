@@ -1,0 +1,125 @@
+/**
+ * `oneShot`: a fresh worker process per call, so every call sees the disk as
+ * it is now. The process is shut down after its one call, and the call
+ * settles once it is gone (any lock it held is free).
+ *
+ * @module
+ */
+
+import { detect } from "../runtime/detect.ts";
+import type { ConnectionEvents } from "./connection.ts";
+import { createCall, onCallAbort } from "./_call.ts";
+import { launchWorker } from "./_launch.ts";
+import {
+  type CallOptions,
+  resolveCallOptions,
+  resolveWorkerOptions,
+  type WorkerOptions,
+} from "./options.ts";
+import { type WorkerApi, type WorkerCall, withProxy } from "./proxy.ts";
+
+/** Options of {@linkcode oneShot}. */
+export interface OneShotOptions extends WorkerOptions {}
+
+/** The control surface of a one-shot runner, beside the typed proxy. */
+export interface OneShotHandle<D = unknown> {
+  /**
+   * Runs one op in a fresh worker process.
+   *
+   * @param op The handler's name.
+   * @param args Its arguments.
+   * @param options A signal and a deadline for this call.
+   * @returns What the handler returned.
+   */
+  call: WorkerCall<D>;
+}
+
+/** A one-shot runner: `call` plus one method per handler. */
+export type OneShot<D = unknown> = OneShotHandle<D> & WorkerApi<D>;
+
+/**
+ * Creates a runner that starts a fresh worker process for every call, runs
+ * `setup` and the call, then shuts the process down. Nothing is spawned
+ * until the first call; concurrent calls run in parallel processes. No
+ * `close()` is needed.
+ *
+ * A reply that arrived counts even if the process then dies while exiting
+ * (some native clients crash at exit).
+ *
+ * @typeParam D The worker module's default export type, for the typed proxy.
+ * @param module The worker module: a `URL`, a URL string, or a path.
+ * @param options Runtime, permissions, environment, deadlines, setup.
+ * @returns The runner.
+ * @throws {TypeError} when an option is invalid or the module does not exist.
+ * @throws {RangeError} when a number option is out of range.
+ *
+ * @example Every call sees the disk as it is now
+ * ```ts ignore
+ * import { oneShot } from "@airlock/airlock";
+ * import type db from "./workers/db.ts";
+ *
+ * const fresh = oneShot<typeof db>(new URL("./workers/db.ts", import.meta.url), {
+ *   permissions: { read: ["./data"], write: ["./data"] },
+ * });
+ * console.log(await fresh.count("./data/app.db"));
+ * ```
+ */
+export function oneShot<D = unknown>(
+  module: string | URL,
+  options: OneShotOptions = {},
+): OneShot<D> {
+  const adapter = detect();
+  const resolved = resolveWorkerOptions(module, options, adapter);
+  const run = async (
+    op: string,
+    args: unknown[],
+    callOptions?: CallOptions,
+  ): Promise<unknown> => {
+    const { timeoutMs, signal } = resolveCallOptions(
+      callOptions,
+      resolved.callTimeoutMs,
+    );
+    const call = createCall(op, args, timeoutMs, signal, false);
+    signal?.throwIfAborted();
+    const events: ConnectionEvents = {
+      onLost(calls, exit) {
+        for (const lost of calls) lost.reject(conn?.crashError(lost, exit));
+      },
+      onTimeout() {},
+      onAnswer() {},
+    };
+    let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
+    let aborted = false;
+    onCallAbort(call, () => {
+      aborted = true;
+      if (!conn?.cancel(call, signal?.reason)) call.reject(signal?.reason);
+    });
+    // Start, call, shut down; the call settles once the process is gone,
+    // except on abort, which rejects at once.
+    const lifecycle = (async () => {
+      try {
+        conn = await launchWorker(resolved, adapter, events);
+      } catch (error: unknown) {
+        call.reject(error);
+        return;
+      }
+      if (!call.settled) conn.send(call);
+      await call.promise.catch(() => {});
+      await conn.shutdown(resolved.closeGraceMs);
+    })();
+    return call.promise.then(
+      async (value) => {
+        await lifecycle;
+        return value;
+      },
+      async (error: unknown) => {
+        if (!aborted) await lifecycle;
+        throw error;
+      },
+    );
+  };
+  const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
+    run(op, args, callOptions);
+  const handle: OneShotHandle<D> = { call: call as WorkerCall<D> };
+  return withProxy<OneShotHandle<D>, D>(handle, call);
+}

@@ -1,0 +1,306 @@
+/**
+ * Framing: a 16-byte header (magic, version, payload length, head length)
+ * before each message, and a reader that finds frames in a byte stream,
+ * hands bytes that are not frames to a stray-output callback, and checks
+ * every claimed length against `maxFrameBytes` before it allocates.
+ * Pure: no I/O, no globals. See docs/PROTOCOL.md.
+ *
+ * @module
+ */
+
+import { ProtocolError } from "../errors.ts";
+
+/** The four bytes every frame starts with: `\x89ALK`. */
+export const FRAME_MAGIC: Uint8Array = new Uint8Array([0x89, 0x41, 0x4c, 0x4b]);
+/** The protocol version this code speaks. */
+export const PROTOCOL_VERSION = 1;
+/** Bytes in a frame header. */
+export const FRAME_HEADER_BYTES = 16;
+/** The default largest payload a reader accepts: 256 MiB. */
+export const DEFAULT_MAX_FRAME_BYTES: number = 256 * 1024 * 1024;
+/** The largest payload length the header can express. */
+export const MAX_FRAME_BYTES_LIMIT = 0xffffffff;
+
+/** Payloads larger than this are assembled in one exactly-sized buffer. */
+const LARGE_FRAME_BYTES = 64 * 1024;
+
+/** One frame's payload, split into the CBOR head and the attachment area. */
+export interface Frame {
+  /** The encoded message. */
+  head: Uint8Array;
+  /** The raw bytes of large binary values the head refers to. */
+  area: Uint8Array;
+}
+
+/**
+ * Writes a frame header for a payload into `target` at offset 0.
+ *
+ * @param target At least {@linkcode FRAME_HEADER_BYTES} bytes.
+ * @param headBytes Length of the encoded head.
+ * @param areaBytes Length of the attachment area.
+ */
+export function writeFrameHeader(
+  target: Uint8Array,
+  headBytes: number,
+  areaBytes: number,
+): void {
+  const payload = headBytes + areaBytes;
+  if (payload > MAX_FRAME_BYTES_LIMIT) {
+    throw new RangeError(
+      `Cannot frame a message of ${payload} bytes: a frame holds at most ${MAX_FRAME_BYTES_LIMIT}`,
+    );
+  }
+  target.set(FRAME_MAGIC, 0);
+  target[4] = PROTOCOL_VERSION;
+  target[5] = 0;
+  target[6] = 0;
+  target[7] = 0;
+  const view = new DataView(target.buffer, target.byteOffset, 16);
+  view.setUint32(8, payload);
+  view.setUint32(12, headBytes);
+}
+
+/**
+ * Frames an encoded message: one buffer holding the header and the head,
+ * then the attachments as they are (no copy).
+ *
+ * @param head The encoded message.
+ * @param attachments The attachment area, in order.
+ * @param attachmentBytes Total bytes of `attachments`.
+ * @returns The chunks to write, in order.
+ */
+export function frameChunks(
+  head: Uint8Array,
+  attachments: readonly Uint8Array[],
+  attachmentBytes: number,
+): Uint8Array[] {
+  const first = new Uint8Array(FRAME_HEADER_BYTES + head.byteLength);
+  writeFrameHeader(first, head.byteLength, attachmentBytes);
+  first.set(head, FRAME_HEADER_BYTES);
+  return attachments.length === 0 ? [first] : [first, ...attachments];
+}
+
+/** What {@linkcode FrameReader.end} found at end-of-file. */
+export interface FrameReaderEnd {
+  /** A frame was cut short: how many payload bytes it claimed and how many arrived. */
+  truncated?: { expectedBytes: number; receivedBytes: number } | undefined;
+}
+
+/** Options of {@linkcode FrameReader}. */
+export interface FrameReaderOptions {
+  /** Largest payload accepted; a larger claimed length is a `ProtocolError`. */
+  maxFrameBytes?: number;
+  /** Receives each whole frame, in order. */
+  onFrame: (frame: Frame) => void;
+  /** Receives bytes that are not frames (a library printing to stdout). */
+  onStray: (bytes: Uint8Array) => void;
+}
+
+function findMagic(data: Uint8Array, from: number, end: number): number {
+  let i = data.indexOf(0x89, from);
+  while (i !== -1 && i < end) {
+    // A magic cut by the end of the data may still complete: report it.
+    if (
+      (i + 1 >= end || data[i + 1] === 0x41) &&
+      (i + 2 >= end || data[i + 2] === 0x4c) &&
+      (i + 3 >= end || data[i + 3] === 0x4b)
+    ) {
+      return i;
+    }
+    i = data.indexOf(0x89, i + 1);
+  }
+  return -1;
+}
+
+/**
+ * Finds frames in a byte stream fed chunk by chunk.
+ *
+ * Emitted payloads are never overwritten later, so decoded binary values may
+ * be views on them; the reader assumes the same of the chunks it is given.
+ * After a `ProtocolError` the reader refuses further input.
+ */
+export class FrameReader {
+  #max: number;
+  #onFrame: (frame: Frame) => void;
+  #onStray: (bytes: Uint8Array) => void;
+  /** Bytes kept between pushes (a partial header or a small partial frame). */
+  #pending: Uint8Array | undefined;
+  /** A large frame being filled: its buffer, bytes filled, head length. */
+  #large: Uint8Array | undefined;
+  #largeFilled = 0;
+  #largeHead = 0;
+  #failed: ProtocolError | undefined;
+
+  /**
+   * Creates a reader.
+   *
+   * @param options Where frames and stray bytes go, and the size cap.
+   */
+  constructor(options: FrameReaderOptions) {
+    const max = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    this.#max = max;
+    this.#onFrame = options.onFrame;
+    this.#onStray = options.onStray;
+  }
+
+  /** Bytes buffered and not yet emitted (for tests and memory accounting). */
+  get bufferedBytes(): number {
+    return (this.#pending?.byteLength ?? 0) + this.#largeFilled;
+  }
+
+  /**
+   * Feeds bytes in.
+   *
+   * @param chunk The next bytes of the stream.
+   * @throws {ProtocolError} when a header is invalid or claims more than `maxFrameBytes`.
+   */
+  push(chunk: Uint8Array): void {
+    if (this.#failed) throw this.#failed;
+    try {
+      this.#push(chunk);
+    } catch (error: unknown) {
+      if (error instanceof ProtocolError) {
+        this.#failed = error;
+        this.#pending = undefined;
+        this.#large = undefined;
+      }
+      throw error;
+    }
+  }
+
+  #push(chunk: Uint8Array): void {
+    if (this.#large) {
+      const large = this.#large;
+      const need = large.byteLength - this.#largeFilled;
+      const take = Math.min(need, chunk.byteLength);
+      large.set(
+        take === chunk.byteLength ? chunk : chunk.subarray(0, take),
+        this.#largeFilled,
+      );
+      this.#largeFilled += take;
+      if (this.#largeFilled < large.byteLength) return;
+      this.#large = undefined;
+      this.#largeFilled = 0;
+      this.#onFrame({
+        head: large.subarray(0, this.#largeHead),
+        area: large.subarray(this.#largeHead),
+      });
+      if (take === chunk.byteLength) return;
+      chunk = chunk.subarray(take);
+    }
+    let data = chunk;
+    if (this.#pending) {
+      const joined = new Uint8Array(
+        this.#pending.byteLength + chunk.byteLength,
+      );
+      joined.set(this.#pending, 0);
+      joined.set(chunk, this.#pending.byteLength);
+      this.#pending = undefined;
+      data = joined;
+    }
+    this.#scan(data);
+  }
+
+  #scan(data: Uint8Array): void {
+    const end = data.byteLength;
+    let pos = 0;
+    while (pos < end) {
+      if (
+        data[pos] !== 0x89 || (pos + 1 < end && data[pos + 1] !== 0x41) ||
+        (pos + 2 < end && data[pos + 2] !== 0x4c) ||
+        (pos + 3 < end && data[pos + 3] !== 0x4b)
+      ) {
+        const next = findMagic(data, pos + 1, end);
+        const strayEnd = next === -1 ? end : next;
+        this.#onStray(data.subarray(pos, strayEnd));
+        pos = strayEnd;
+        continue;
+      }
+      if (end - pos < FRAME_HEADER_BYTES) break;
+      const view = new DataView(data.buffer, data.byteOffset + pos, 16);
+      const version = data[pos + 4];
+      if (version !== PROTOCOL_VERSION) {
+        throw new ProtocolError(
+          `Cannot read frame: protocol version ${version}, expected ${PROTOCOL_VERSION}`,
+        );
+      }
+      if (data[pos + 5] !== 0 || data[pos + 6] !== 0 || data[pos + 7] !== 0) {
+        throw new ProtocolError(
+          "Cannot read frame: reserved header bytes are not zero",
+        );
+      }
+      const payload = view.getUint32(8);
+      const head = view.getUint32(12);
+      if (payload > this.#max) {
+        throw new ProtocolError(
+          `Cannot read frame: length ${payload} exceeds maxFrameBytes ${this.#max}`,
+        );
+      }
+      if (head > payload) {
+        throw new ProtocolError(
+          `Cannot read frame: head length ${head} exceeds payload length ${payload}`,
+        );
+      }
+      const start = pos + FRAME_HEADER_BYTES;
+      const available = end - start;
+      if (available >= payload) {
+        this.#onFrame({
+          head: data.subarray(start, start + head),
+          area: data.subarray(start + head, start + payload),
+        });
+        pos = start + payload;
+        continue;
+      }
+      if (payload > LARGE_FRAME_BYTES) {
+        const large = new Uint8Array(payload);
+        large.set(data.subarray(start, end), 0);
+        this.#large = large;
+        this.#largeFilled = available;
+        this.#largeHead = head;
+        return;
+      }
+      break;
+    }
+    if (pos < end) this.#pending = data.slice(pos, end);
+  }
+
+  /**
+   * Marks end-of-file: stray bytes still held are flushed to `onStray`, and a
+   * frame cut short is reported.
+   *
+   * @returns Whether a frame was truncated, and by how much.
+   */
+  end(): FrameReaderEnd {
+    if (this.#large) {
+      const truncated = {
+        expectedBytes: this.#large.byteLength,
+        receivedBytes: this.#largeFilled,
+      };
+      this.#large = undefined;
+      this.#largeFilled = 0;
+      return { truncated };
+    }
+    const pending = this.#pending;
+    this.#pending = undefined;
+    if (!pending) return {};
+    if (pending.byteLength >= FRAME_HEADER_BYTES) {
+      const view = new DataView(pending.buffer, pending.byteOffset, 16);
+      return {
+        truncated: {
+          expectedBytes: view.getUint32(8),
+          receivedBytes: pending.byteLength - FRAME_HEADER_BYTES,
+        },
+      };
+    }
+    if (pending.byteLength >= 4) {
+      return {
+        truncated: {
+          expectedBytes: FRAME_HEADER_BYTES,
+          receivedBytes: pending.byteLength,
+        },
+      };
+    }
+    this.#onStray(pending);
+    return {};
+  }
+}

@@ -1,0 +1,267 @@
+/**
+ * The messages of protocol version 1, a discriminated union on `type`, with
+ * their encoding into frames and their checked decoding. Pure: no I/O.
+ * See docs/PROTOCOL.md.
+ *
+ * @module
+ */
+
+import { ProtocolError } from "../errors.ts";
+import { decodeValue, encodeValue } from "./codec.ts";
+import { type Frame, frameChunks, PROTOCOL_VERSION } from "./frame.ts";
+
+/** The request id reserved for control messages. */
+export const CONTROL_ID = 0;
+
+/** The worker is ready: first frame a worker writes. */
+export interface HelloMessage {
+  /** Discriminant. */
+  type: "hello";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+  /** The protocol version the worker speaks. */
+  version: number;
+  /** The worker's own pid (inside a sandbox, the spawned pid is the sandbox's). */
+  pid: number;
+  /** The ops it serves. */
+  ops: string[];
+  /** The runtime and its version, e.g. `"deno 2.9.6"`. */
+  runtime: string;
+  /** Calls it runs at once. */
+  concurrency: number;
+  /** Ops the worker declares safe to run twice. */
+  idempotent: string[];
+}
+
+/** The worker could not load its code; it exits after this. */
+export interface FatalMessage {
+  /** Discriminant. */
+  type: "fatal";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+  /** What failed: loading the module, or its definition. */
+  phase: "import" | "definition";
+  /** The error. */
+  error: Error;
+}
+
+/** Run `op` with `args`. */
+export interface CallMessage {
+  /** Discriminant. */
+  type: "call";
+  /** The request id, at least 1. */
+  id: number;
+  /** The handler to run. */
+  op: string;
+  /** Its arguments. */
+  args: unknown[];
+}
+
+/** A call's value. */
+export interface ResultMessage {
+  /** Discriminant. */
+  type: "result";
+  /** The request id it answers. */
+  id: number;
+  /** What the handler returned. */
+  value: unknown;
+}
+
+/** A call's failure. */
+export interface ErrorMessage {
+  /** Discriminant. */
+  type: "error";
+  /** The request id it answers. */
+  id: number;
+  /** What the handler threw. */
+  error: unknown;
+}
+
+/** Abort the call with this id. */
+export interface CancelMessage {
+  /** Discriminant. */
+  type: "cancel";
+  /** The request id to abort. */
+  id: number;
+}
+
+/** Finish what is in flight, acknowledge, exit. */
+export interface ShutdownMessage {
+  /** Discriminant. */
+  type: "shutdown";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+}
+
+/** Everything drained; the worker exits next. */
+export interface ShutdownAckMessage {
+  /** Discriminant. */
+  type: "shutdown-ack";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+}
+
+/** Messages a worker writes. */
+export type WorkerMessage =
+  | HelloMessage
+  | FatalMessage
+  | ResultMessage
+  | ErrorMessage
+  | ShutdownAckMessage;
+
+/** Messages a parent writes. */
+export type ParentMessage = CallMessage | CancelMessage | ShutdownMessage;
+
+/** Every message of the protocol. */
+export type Message = WorkerMessage | ParentMessage;
+
+/**
+ * Encodes a message into the chunks of one frame.
+ *
+ * @param message The message.
+ * @returns The chunks to write, in order.
+ * @throws {TypeError} when a value in it cannot cross, naming where it sits.
+ */
+export function encodeMessage(message: Message): Uint8Array[] {
+  const encoded = encodeValue(message);
+  return frameChunks(
+    encoded.head,
+    encoded.attachments,
+    encoded.attachmentBytes,
+  );
+}
+
+function fail(detail: string): never {
+  throw new ProtocolError(`Cannot read message: ${detail}`);
+}
+
+function requireId(record: Record<string, unknown>, type: string): number {
+  const id = record.id;
+  if (
+    typeof id !== "number" || !Number.isSafeInteger(id) || id < 0
+  ) {
+    fail(`"${type}" has an invalid id ${String(id)}`);
+  }
+  return id;
+}
+
+function requireControl(record: Record<string, unknown>, type: string): 0 {
+  if (requireId(record, type) !== CONTROL_ID) {
+    fail(`"${type}" must carry id 0`);
+  }
+  return CONTROL_ID;
+}
+
+function requireCallId(record: Record<string, unknown>, type: string): number {
+  const id = requireId(record, type);
+  if (id === CONTROL_ID) fail(`"${type}" uses the reserved id 0`);
+  return id;
+}
+
+function requireString(
+  record: Record<string, unknown>,
+  key: string,
+  type: string,
+): string {
+  const value = record[key];
+  if (typeof value !== "string") fail(`"${type}" has no string "${key}"`);
+  return value;
+}
+
+function stringList(
+  record: Record<string, unknown>,
+  key: string,
+  type: string,
+): string[] {
+  const value = record[key];
+  if (value === undefined) return [];
+  if (!Array.isArray(value) || value.some((item) => typeof item !== "string")) {
+    fail(`"${type}" has a "${key}" that is not a list of strings`);
+  }
+  return value as string[];
+}
+
+function asError(value: unknown): Error {
+  if (value instanceof Error) return value;
+  const error = new Error(
+    typeof value === "string" ? value : "worker reported a non-error value",
+  );
+  return error;
+}
+
+/**
+ * Decodes and checks one frame's message.
+ *
+ * @param frame The frame.
+ * @returns The message.
+ * @throws {ProtocolError} when the bytes are not a valid message.
+ */
+export function decodeMessage(frame: Frame): Message {
+  const value = decodeValue(frame.head, frame.area);
+  if (
+    typeof value !== "object" || value === null || Array.isArray(value) ||
+    Object.getPrototypeOf(value) !== Object.prototype
+  ) {
+    fail("the head is not a map");
+  }
+  const record = value as Record<string, unknown>;
+  const type = record.type;
+  switch (type) {
+    case "call": {
+      const id = requireCallId(record, type);
+      const op = requireString(record, "op", type);
+      const args = record.args ?? [];
+      if (!Array.isArray(args)) fail(`"call" ${id} has args that are not a list`);
+      return { type, id, op, args };
+    }
+    case "result":
+      return { type, id: requireCallId(record, type), value: record.value };
+    case "error":
+      return { type, id: requireCallId(record, type), error: record.error };
+    case "cancel":
+      return { type, id: requireCallId(record, type) };
+    case "hello": {
+      const id = requireControl(record, type);
+      const version = record.version;
+      if (version !== PROTOCOL_VERSION) {
+        fail(
+          `the worker speaks protocol version ${
+            String(version)
+          }, this parent speaks ${PROTOCOL_VERSION}`,
+        );
+      }
+      const pid = record.pid;
+      if (typeof pid !== "number" || !Number.isSafeInteger(pid) || pid < 0) {
+        fail(`"hello" has an invalid pid ${String(pid)}`);
+      }
+      const concurrency = record.concurrency ?? 1;
+      if (
+        typeof concurrency !== "number" || !Number.isSafeInteger(concurrency) ||
+        concurrency < 1
+      ) {
+        fail(`"hello" has an invalid concurrency ${String(concurrency)}`);
+      }
+      return {
+        type,
+        id,
+        version,
+        pid,
+        ops: stringList(record, "ops", type),
+        runtime: typeof record.runtime === "string" ? record.runtime : "unknown",
+        concurrency,
+        idempotent: stringList(record, "idempotent", type),
+      };
+    }
+    case "fatal": {
+      const id = requireControl(record, type);
+      const phase = record.phase === "definition" ? "definition" : "import";
+      return { type, id, phase, error: asError(record.error) };
+    }
+    case "shutdown":
+      return { type, id: requireControl(record, type) };
+    case "shutdown-ack":
+      return { type, id: requireControl(record, type) };
+    default:
+      fail(`unknown type ${JSON.stringify(String(type))}`);
+  }
+}

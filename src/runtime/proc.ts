@@ -1,0 +1,26 @@
+/**
+ * Process facts read from the OS: resident memory, and whether a pid is
+ * alive. Linux reads /proc; elsewhere `ps` is not consulted and the figures
+ * are `undefined`.
+ *
+ * @module
+ */
+
+import { readFileSync } from "node:fs";
+
+/**
+ * Resident memory of a process, the OS figure (VmRSS), which includes what
+ * native code allocates outside the JavaScript heap.
+ *
+ * @param pid The process.
+ * @returns Bytes, or `undefined` when it cannot be read.
+ */
+export function readRssBytes(pid: number): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+    return match?.[1] ? Number(match[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}

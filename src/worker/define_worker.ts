@@ -1,0 +1,158 @@
+/**
+ * `defineWorker`: the definition a worker module exports by default.
+ *
+ * @module
+ */
+
+import { RESERVED_NAMES } from "../protocol/reserved.ts";
+
+/** What a handler sees as `this`. */
+export interface CallContext {
+  /** Aborted when the parent cancels the call (or its deadline passes). */
+  readonly signal: AbortSignal;
+  /** The op being run. */
+  readonly op: string;
+  /** The request id of the call. */
+  readonly id: number;
+}
+
+/** A handler: any function; its arguments and value must be able to cross. */
+// deno-lint-ignore no-explicit-any
+export type Handler = (this: CallContext, ...args: any[]) => unknown;
+
+/** The handlers a worker serves, by op name. */
+export type Handlers = Record<string, Handler>;
+
+/** Options of {@linkcode defineWorker}. */
+export interface DefineWorkerOptions<H extends Handlers = Handlers> {
+  /**
+   * Ops that are safe to run twice (reads, or writes that are idempotent). A
+   * call to one of them that was in flight when its worker crashed is retried
+   * on a new worker; any other such call fails with `WorkerCrashedError`.
+   *
+   * @default {[]}
+   */
+  idempotent?: readonly (keyof H & string)[];
+  /**
+   * How many calls this worker runs at once; further calls wait in arrival
+   * order.
+   *
+   * @default {16}
+   */
+  concurrency?: number;
+}
+
+/** The default number of calls a worker runs at once. */
+export const DEFAULT_WORKER_CONCURRENCY = 16;
+
+export { RESERVED_NAMES };
+
+const DEFINITION = Symbol.for("airlock.workerDefinition");
+
+/** A worker definition: the handlers plus how to serve them. */
+export interface WorkerDefinition<H extends Handlers = Handlers> {
+  /** The handlers, by op name. */
+  readonly handlers: Readonly<H>;
+  /** Ops declared safe to run twice. */
+  readonly idempotent: readonly string[];
+  /** Calls run at once. */
+  readonly concurrency: number;
+}
+
+/**
+ * Defines what a worker process serves. Export the result as the module's
+ * default export; the parent imports the module's type only (`import type`),
+ * so the client the handlers open never loads in the parent.
+ *
+ * Open process-level state (database clients, indexes) lazily inside the
+ * handlers, not at import time: the module is imported once per worker
+ * process. A handler sees a {@linkcode CallContext} as `this`, whose
+ * `signal` fires when the parent cancels the call.
+ *
+ * @typeParam H The handlers.
+ * @param handlers The handlers, by op name.
+ * @param options Idempotent ops and concurrency.
+ * @returns The definition to export by default.
+ * @throws {TypeError} when a handler is not a function or its name is reserved (`then`, `call`, `close`, `restart`, `stats`, `pid`, …).
+ * @throws {RangeError} when `concurrency` is not a positive integer.
+ *
+ * @example A worker module
+ * ```ts
+ * import { defineWorker } from "@airlock/airlock/worker";
+ * import assert from "node:assert/strict";
+ *
+ * const definition = defineWorker({
+ *   add(a: number, b: number) {
+ *     return a + b;
+ *   },
+ * }, { idempotent: ["add"] });
+ * assert.deepEqual(Object.keys(definition.handlers), ["add"]);
+ * // export default definition;
+ * ```
+ */
+export function defineWorker<H extends Handlers>(
+  handlers: H,
+  options: DefineWorkerOptions<H> = {},
+): WorkerDefinition<H> {
+  if (typeof handlers !== "object" || handlers === null) {
+    throw new TypeError(
+      `Cannot define worker: handlers must be an object of functions, received ${
+        handlers === null ? "null" : typeof handlers
+      }`,
+    );
+  }
+  const own: Record<string, Handler> = {};
+  for (const name of Object.keys(handlers)) {
+    const handler = handlers[name];
+    if (RESERVED_NAMES.includes(name)) {
+      throw new TypeError(
+        `Cannot define worker: handler name "${name}" is reserved (reserved: ${
+          RESERVED_NAMES.join(", ")
+        })`,
+      );
+    }
+    if (typeof handler !== "function") {
+      throw new TypeError(
+        `Cannot define worker: handler "${name}" must be a function, received ${typeof handler}`,
+      );
+    }
+    own[name] = handler;
+  }
+  const concurrency = options.concurrency ?? DEFAULT_WORKER_CONCURRENCY;
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
+    throw new RangeError(
+      `Cannot define worker: concurrency must be a positive integer, received ${
+        String(concurrency)
+      }`,
+    );
+  }
+  const idempotent = [...(options.idempotent ?? [])];
+  for (const op of idempotent) {
+    if (!(op in own)) {
+      throw new TypeError(
+        `Cannot define worker: idempotent op "${op}" is not a handler (handlers: ${
+          Object.keys(own).join(", ")
+        })`,
+      );
+    }
+  }
+  const definition = {
+    handlers: Object.freeze(own) as Readonly<H>,
+    idempotent: Object.freeze(idempotent),
+    concurrency,
+  };
+  Object.defineProperty(definition, DEFINITION, { value: true });
+  return Object.freeze(definition);
+}
+
+/**
+ * Whether a value is a definition made by {@linkcode defineWorker} (of any
+ * copy of airlock).
+ *
+ * @param value Anything.
+ * @returns Whether it is a worker definition.
+ */
+export function isWorkerDefinition(value: unknown): value is WorkerDefinition {
+  return typeof value === "object" && value !== null &&
+    (value as Record<symbol, unknown>)[DEFINITION] === true;
+}
