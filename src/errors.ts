@@ -241,7 +241,9 @@ export class WorkerCrashedError extends AirlockError {
     const what = options.op ? `Call "${options.op}" failed` : "Worker failed";
     const pid = options.pid === undefined ? "" : ` (pid ${options.pid})`;
     const why = options.reason
-      ? `${options.reason}; it ${describeExit(options.exitCode, options.signal)}`
+      ? `${options.reason}; it ${
+        describeExit(options.exitCode, options.signal)
+      }`
       : describeExit(options.exitCode, options.signal);
     super(
       withTail(

@@ -7,7 +7,6 @@
  */
 
 import {
-  AirlockError,
   RemoteError,
   WorkerCrashedError,
   WorkerStartError,
@@ -22,6 +21,7 @@ import {
   type CallRecord,
   type Connection,
   type ConnectionEvents,
+  crashError,
   startConnection,
 } from "./connection.ts";
 import { createCall } from "./_call.ts";
@@ -61,15 +61,10 @@ export function routedEvents(initial: ConnectionEvents): RoutedEvents {
 }
 
 /** Events during start: setup calls lost in a crash fail with the crash. */
-function startEvents(connection: () => Connection | undefined): ConnectionEvents {
+function startEvents(module: string): ConnectionEvents {
   return {
     onLost(calls: CallRecord[], exit) {
-      const conn = connection();
-      for (const call of calls) {
-        call.reject(
-          conn ? conn.crashError(call, exit) : new AirlockError("worker lost"),
-        );
-      }
+      for (const call of calls) call.reject(crashError(module, call, exit));
     },
     onTimeout() {},
     onAnswer() {},
@@ -117,9 +112,8 @@ export async function launchWorker(
   const attempts = options.maxRetries + 1;
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
-    let conn: Connection | undefined;
-    const routed = routedEvents(startEvents(() => conn));
-    conn = startConnection({
+    const routed = routedEvents(startEvents(options.label));
+    const conn = startConnection({
       adapter,
       command: commandFor(options, adapter),
       maxFrameBytes: options.maxFrameBytes,
@@ -131,7 +125,13 @@ export async function launchWorker(
     try {
       await conn.ready;
       for (const [op, ...args] of options.setup) {
-        const call = createCall(op, args, options.startTimeoutMs, undefined, false);
+        const call = createCall(
+          op,
+          args,
+          options.startTimeoutMs,
+          undefined,
+          false,
+        );
         conn.send(call);
         try {
           await call.promise;
@@ -141,7 +141,8 @@ export async function launchWorker(
               module: options.label,
               failure: "setup",
               pid: conn.pid,
-              detail: `setup call "${op}" failed: ${error.name}: ${error.message}`,
+              detail:
+                `setup call "${op}" failed: ${error.name}: ${error.message}`,
               stderrTail: conn.stderrTail,
               cause: error,
             });
@@ -182,11 +183,14 @@ export async function launchWorker(
     }
   }
   if (attempts === 1) throw lastError;
-  const last = lastError instanceof Error ? lastError.message : String(lastError);
+  const last = lastError instanceof Error
+    ? lastError.message
+    : String(lastError);
   throw new WorkerStartError({
     module: options.label,
     failure: "retries",
-    detail: `it failed to start ${attempts} times in a row (maxRetries ${options.maxRetries}); last failure: ${last}`,
+    detail:
+      `it failed to start ${attempts} times in a row (maxRetries ${options.maxRetries}); last failure: ${last}`,
     cause: lastError,
   });
 }

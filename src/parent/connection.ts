@@ -342,7 +342,7 @@ export class Connection {
     if (this.#exit) return;
     this.#child.setRef(
       this.#pending.size > 0 || this.#cancelling.size > 0 || !this.#hello ||
-        this.#requested,
+        this.#requested || this.#killReason !== undefined,
     );
   }
 
@@ -356,6 +356,7 @@ export class Connection {
     if (this.#exit) return;
     if (requested) this.#requested = true;
     this.#killReason ??= reason;
+    this.#syncRef();
     this.#child.kill("SIGKILL");
   }
 
@@ -600,7 +601,8 @@ export class Connection {
       return new WorkerStartError({
         ...base,
         failure: "handshake",
-        detail: `it broke the protocol before ready: ${exit.protocolError.message}`,
+        detail:
+          `it broke the protocol before ready: ${exit.protocolError.message}`,
         cause: exit.protocolError,
       });
     }
@@ -610,31 +612,38 @@ export class Connection {
     return new WorkerStartError({
       ...base,
       failure: "exited",
-      detail: `${exit.reason ?? "the process ended before it was ready"}${truncated}`,
+      detail: `${
+        exit.reason ?? "the process ended before it was ready"
+      }${truncated}`,
     });
   }
+}
 
-  /**
-   * The crash error for a call lost with this process.
-   *
-   * @param call The call.
-   * @param exit How the process ended.
-   * @returns The error.
-   */
-  crashError(call: CallRecord, exit: ConnectionExit): WorkerCrashedError {
-    return new WorkerCrashedError({
-      module: this.module,
-      pid: exit.pid,
-      exitCode: exit.code,
-      signal: exit.signal,
-      stderrTail: exit.stderrTail,
-      op: call.op,
-      reason: exit.protocolError
-        ? `the worker broke the protocol (${exit.protocolError.message})`
-        : exit.reason,
-      ...(exit.protocolError ? { cause: exit.protocolError } : {}),
-    });
-  }
+/**
+ * The crash error for a call lost with a worker process.
+ *
+ * @param module The worker module (or command).
+ * @param call The call.
+ * @param exit How the process ended.
+ * @returns The error.
+ */
+export function crashError(
+  module: string,
+  call: CallRecord,
+  exit: ConnectionExit,
+): WorkerCrashedError {
+  return new WorkerCrashedError({
+    module,
+    pid: exit.pid,
+    exitCode: exit.code,
+    signal: exit.signal,
+    stderrTail: exit.stderrTail,
+    op: call.op,
+    reason: exit.protocolError
+      ? `the worker broke the protocol (${exit.protocolError.message})`
+      : exit.reason,
+    ...(exit.protocolError ? { cause: exit.protocolError } : {}),
+  });
 }
 
 /**

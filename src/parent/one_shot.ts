@@ -7,8 +7,8 @@
  */
 
 import { detect } from "../runtime/detect.ts";
-import type { ConnectionEvents } from "./connection.ts";
-import { createCall, onCallAbort } from "./_call.ts";
+import { type ConnectionEvents, crashError } from "./connection.ts";
+import { createCall, onCallAbort, type PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
 import {
   type CallOptions,
@@ -16,7 +16,7 @@ import {
   resolveWorkerOptions,
   type WorkerOptions,
 } from "./options.ts";
-import { type WorkerApi, type WorkerCall, withProxy } from "./proxy.ts";
+import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
 
 /** Options of {@linkcode oneShot}. */
 export interface OneShotOptions extends WorkerOptions {}
@@ -70,20 +70,29 @@ export function oneShot<D = unknown>(
 ): OneShot<D> {
   const adapter = detect();
   const resolved = resolveWorkerOptions(module, options, adapter);
-  const run = async (
+  const run = (
     op: string,
     args: unknown[],
     callOptions?: CallOptions,
   ): Promise<unknown> => {
-    const { timeoutMs, signal } = resolveCallOptions(
-      callOptions,
-      resolved.callTimeoutMs,
-    );
-    const call = createCall(op, args, timeoutMs, signal, false);
-    signal?.throwIfAborted();
+    let call: PendingCall;
+    let signal: AbortSignal | undefined;
+    try {
+      const resolvedCall = resolveCallOptions(
+        callOptions,
+        resolved.callTimeoutMs,
+      );
+      signal = resolvedCall.signal;
+      call = createCall(op, args, resolvedCall.timeoutMs, signal, false);
+      signal?.throwIfAborted();
+    } catch (error: unknown) {
+      return Promise.reject(error);
+    }
     const events: ConnectionEvents = {
       onLost(calls, exit) {
-        for (const lost of calls) lost.reject(conn?.crashError(lost, exit));
+        for (const lost of calls) {
+          lost.reject(crashError(resolved.label, lost, exit));
+        }
       },
       onTimeout() {},
       onAnswer() {},

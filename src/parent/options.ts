@@ -13,8 +13,8 @@ import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import type { LogSink, LogSource } from "./connection.ts";
 import {
   type PermissionsOption,
-  resolvePermissions,
   type ResolvedPermissions,
+  resolvePermissions,
 } from "../runtime/permissions.ts";
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
 
@@ -363,7 +363,9 @@ export function resolveModule(module: unknown, cwd: string): URL {
     if (/^[a-z][a-z0-9+.-]*:/i.test(module) && !/^[a-z]:[\\/]/i.test(module)) {
       url = new URL(module);
     } else {
-      url = pathToFileURL(isAbsolute(module) ? module : resolvePath(cwd, module));
+      url = pathToFileURL(
+        isAbsolute(module) ? module : resolvePath(cwd, module),
+      );
     }
   } else {
     throw new TypeError(
@@ -577,7 +579,9 @@ export function resolveCallOptions(
   options: CallOptions | undefined,
   callTimeoutMs: number,
 ): { timeoutMs: number; signal: AbortSignal | undefined } {
-  if (options === undefined) return { timeoutMs: callTimeoutMs, signal: undefined };
+  if (options === undefined) {
+    return { timeoutMs: callTimeoutMs, signal: undefined };
+  }
   if (typeof options !== "object" || options === null) {
     throw new TypeError(
       `Invalid call options: expected an object, received ${describe(options)}`,

@@ -29,8 +29,9 @@ export type ResultOf<F> = F extends (...args: never[]) => infer R ? Awaited<R>
 export type WorkerApi<D> = unknown extends D
   ? Record<string, (...args: unknown[]) => Promise<unknown>>
   : {
-    readonly [K in OpOf<D>]: HandlersOf<D>[K] extends Fn
-      ? (...args: ArgsOf<HandlersOf<D>[K]>) => Promise<ResultOf<HandlersOf<D>[K]>>
+    readonly [K in OpOf<D>]: HandlersOf<D>[K] extends Fn ? (
+        ...args: ArgsOf<HandlersOf<D>[K]>
+      ) => Promise<ResultOf<HandlersOf<D>[K]>>
       : never;
   };
 

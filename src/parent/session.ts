@@ -9,22 +9,23 @@
 import { SessionClosedError } from "../errors.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import type {
-  CallRecord,
-  Connection,
-  ConnectionEvents,
-  ConnectionExit,
+import {
+  type CallRecord,
+  type Connection,
+  type ConnectionEvents,
+  type ConnectionExit,
+  crashError,
 } from "./connection.ts";
 import { createCall, onCallAbort, type PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
 import {
   type CallOptions,
   resolveCallOptions,
-  resolveWorkerOptions,
   type ResolvedWorkerOptions,
+  resolveWorkerOptions,
   type WorkerOptions,
 } from "./options.ts";
-import { type WorkerApi, withProxy, type WorkerCall } from "./proxy.ts";
+import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
 
 /** Options of {@linkcode session}. */
 export interface SessionOptions extends WorkerOptions {}
@@ -222,10 +223,12 @@ class SessionCore implements ConnectionEvents {
       if (call.settled) continue;
       const idempotent = call.idempotent ||
         (conn?.hello?.idempotent.includes(call.op) ?? false);
-      if (idempotent && call.attempts <= this.options.maxRetries && !this.#closing) {
+      if (
+        idempotent && call.attempts <= this.options.maxRetries && !this.#closing
+      ) {
         this.#queue.push(call);
-      } else if (conn) {
-        call.reject(conn.crashError(call, exit));
+      } else {
+        call.reject(crashError(this.options.label, call, exit));
       }
     }
   }

@@ -723,7 +723,10 @@ function refuseObject(v: object, proto: unknown): Refusal {
   }
   let name: unknown;
   try {
-    name = (proto as { constructor?: { name?: unknown } }).constructor?.name;
+    const ctor = (proto as { constructor?: unknown }).constructor;
+    if (typeof ctor === "function" && ctor.prototype === proto) {
+      name = ctor.name;
+    }
   } catch {
     name = undefined;
   }

@@ -211,7 +211,9 @@ export function decodeMessage(frame: Frame): Message {
       const id = requireCallId(record, type);
       const op = requireString(record, "op", type);
       const args = record.args ?? [];
-      if (!Array.isArray(args)) fail(`"call" ${id} has args that are not a list`);
+      if (!Array.isArray(args)) {
+        fail(`"call" ${id} has args that are not a list`);
+      }
       return { type, id, op, args };
     }
     case "result":
@@ -247,7 +249,9 @@ export function decodeMessage(frame: Frame): Message {
         version,
         pid,
         ops: stringList(record, "ops", type),
-        runtime: typeof record.runtime === "string" ? record.runtime : "unknown",
+        runtime: typeof record.runtime === "string"
+          ? record.runtime
+          : "unknown",
         concurrency,
         idempotent: stringList(record, "idempotent", type),
       };

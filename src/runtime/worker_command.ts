@@ -178,7 +178,8 @@ function runtimeBinary(
     throw new WorkerStartError({
       module: input.label,
       failure: "spawn",
-      detail: `the ${runtime} binary was not found on PATH nor in node_modules/.bin; install it (npm install --save-dev ${runtime}) or choose another runtime`,
+      detail:
+        `the ${runtime} binary was not found on PATH nor in node_modules/.bin; install it (npm install --save-dev ${runtime}) or choose another runtime`,
     });
   }
   runtimeBinaries.set(runtime, found);
@@ -208,7 +209,9 @@ function denoDir(adapter: RuntimeAdapter): string | undefined {
   const explicit = adapter.env("DENO_DIR");
   if (explicit) return explicit;
   const cache = adapter.env("XDG_CACHE_HOME") ??
-    (adapter.env("HOME") ? join(adapter.env("HOME") ?? "", ".cache") : undefined);
+    (adapter.env("HOME")
+      ? join(adapter.env("HOME") ?? "", ".cache")
+      : undefined);
   return cache ? join(cache, "deno") : undefined;
 }
 

@@ -1,0 +1,461 @@
+/**
+ * What a worker may do: the `permissions` option, its validation, and its
+ * translation into Deno's permission flags. Nothing is granted by default, on
+ * both runtimes. Deno enforces the flags on JavaScript; the OS sandbox
+ * (`sandbox.ts`) enforces the same grants on everything in the process,
+ * native code included, and is the only enforcement on Bun.
+ *
+ * @module
+ */
+
+import { isAbsolute, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/**
+ * What a worker may do. Each field is either `true` (everything of that
+ * kind), `false` or absent (nothing), or a list of scopes. Nothing is granted
+ * by default.
+ *
+ * Path scopes (`read`, `write`, `ffi`, and `run` entries that contain a
+ * slash) may be relative: they resolve against the worker's `cwd` and become
+ * absolute. `file:` URLs are accepted and converted to paths. Scopes may not
+ * contain a comma, which Deno's flags use as their separator.
+ *
+ * @example Read and write one directory, nothing else
+ * ```ts
+ * import type { Permissions } from "@airlock/airlock";
+ *
+ * const permissions: Permissions = { read: ["./data"], write: ["./data"] };
+ * ```
+ */
+export interface Permissions {
+  /**
+   * Files and directories the worker may read (a directory grants its whole
+   * tree). Relative paths resolve against `cwd`.
+   *
+   * @default {false}
+   */
+  read?: readonly string[] | boolean;
+  /**
+   * Files and directories the worker may write, create and delete in.
+   * Relative paths resolve against `cwd`. Under the OS sandbox a write grant
+   * also makes the path readable, and a path must exist when the worker
+   * starts to be visible at all.
+   *
+   * @default {false}
+   */
+  write?: readonly string[] | boolean;
+  /**
+   * Hosts the worker may connect to or listen on: `"host"`, `"host:port"`,
+   * `"1.2.3.4"`, `"[::1]:8080"`. The OS sandbox cannot filter by host: any
+   * grant gives native code (and Bun) the whole network.
+   *
+   * @default {false}
+   */
+  net?: readonly string[] | boolean;
+  /**
+   * Environment variables the worker may read, by name (Deno accepts a
+   * trailing `*` as a prefix wildcard, e.g. `"AWS_*"`). Which variables the
+   * worker is given at all is the separate `env` option.
+   *
+   * @default {false}
+   */
+  env?: readonly string[] | boolean;
+  /**
+   * Programs the worker may start: names looked up on PATH, or paths.
+   * Subprocesses are not confined by Deno's flags; under the OS sandbox they
+   * share the worker's confinement.
+   *
+   * @default {false}
+   */
+  run?: readonly string[] | boolean;
+  /**
+   * Native libraries the worker may load (Deno `dlopen`, `bun:ffi`, Node-API
+   * addons), by path. Loaded native code is not confined by Deno's flags;
+   * granting `ffi` makes `sandbox: "auto"` use the OS sandbox.
+   *
+   * @default {false}
+   */
+  ffi?: readonly string[] | boolean;
+  /**
+   * System information APIs the worker may call, by Deno's names
+   * (`"hostname"`, `"osRelease"`, `"systemMemoryInfo"`, …). The OS sandbox
+   * does not hide system information.
+   *
+   * @default {false}
+   */
+  sys?: readonly string[] | boolean;
+  /**
+   * What happens when nothing can enforce these permissions (a Bun worker
+   * without the OS sandbox): `"strict"` refuses to start the worker with a
+   * clear error; `"best-effort"` starts it anyway, enforcing what can be
+   * enforced (on Bun without the sandbox: nothing).
+   *
+   * @default {"strict"}
+   */
+  enforce?: "strict" | "best-effort";
+}
+
+/**
+ * The `permissions` option: a {@linkcode Permissions} object, or `"all"`, the
+ * explicit opt-out that grants everything (Deno `-A`) and needs no sandbox.
+ */
+export type PermissionsOption = Permissions | "all";
+
+/** One kind of permission, as resolved: everything (`true`) or a list of scopes (empty: nothing). */
+export type ResolvedScopes = true | readonly string[];
+
+/**
+ * Permissions after validation: paths absolute, lists deduplicated, absent
+ * and `false` fields turned into empty lists.
+ */
+export interface ResolvedPermissions {
+  /** Whether everything was granted (`"all"`). Every kind is then `true`. */
+  readonly all: boolean;
+  /** Readable paths (absolute), or `true`. */
+  readonly read: ResolvedScopes;
+  /** Writable paths (absolute), or `true`. */
+  readonly write: ResolvedScopes;
+  /** Reachable hosts, or `true`. */
+  readonly net: ResolvedScopes;
+  /** Readable environment variable names, or `true`. */
+  readonly env: ResolvedScopes;
+  /** Startable programs (names, or absolute paths), or `true`. */
+  readonly run: ResolvedScopes;
+  /** Loadable native libraries (absolute paths), or `true`. */
+  readonly ffi: ResolvedScopes;
+  /** Callable system information APIs, or `true`. */
+  readonly sys: ResolvedScopes;
+  /** What to do when nothing can enforce these permissions. */
+  readonly enforce: "strict" | "best-effort";
+}
+
+/** The permission kinds, in flag order. */
+export const PERMISSION_KINDS: readonly PermissionKind[] = [
+  "read",
+  "write",
+  "net",
+  "env",
+  "run",
+  "ffi",
+  "sys",
+];
+
+/** One kind of permission. */
+export type PermissionKind =
+  | "read"
+  | "write"
+  | "net"
+  | "env"
+  | "run"
+  | "ffi"
+  | "sys";
+
+const KNOWN_KEYS: ReadonlySet<string> = new Set<string>([
+  ...PERMISSION_KINDS,
+  "enforce",
+]);
+
+/**
+ * Validates the `permissions` option and resolves it against the worker's
+ * working directory.
+ *
+ * @param input The option as given (`undefined`: nothing granted).
+ * @param cwd The worker's working directory (absolute), against which
+ * relative paths resolve.
+ * @param optionName The option's name in error messages.
+ * @returns The resolved permissions.
+ * @throws {TypeError} when the option or one of its fields has the wrong type
+ * or an unknown key.
+ * @throws {RangeError} when a value is out of range: an unknown string, an
+ * empty scope, a scope with a comma, a URL given as a net scope.
+ *
+ * @example Relative paths become absolute
+ * ```ts
+ * import { resolvePermissions } from "./permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const resolved = resolvePermissions({ read: ["./data", "/srv/ref"] }, "/app");
+ * assert.deepEqual(resolved.read, ["/app/data", "/srv/ref"]);
+ * assert.deepEqual(resolved.write, []);
+ * assert.equal(resolved.all, false);
+ * ```
+ *
+ * @example The explicit opt-out
+ * ```ts
+ * import { resolvePermissions } from "./permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(resolvePermissions("all", "/app").all, true);
+ * ```
+ */
+export function resolvePermissions(
+  input: PermissionsOption | undefined,
+  cwd: string,
+  optionName = "permissions",
+): ResolvedPermissions {
+  if (input === "all") {
+    return {
+      all: true,
+      read: true,
+      write: true,
+      net: true,
+      env: true,
+      run: true,
+      ffi: true,
+      sys: true,
+      enforce: "strict",
+    };
+  }
+  if (input === undefined) {
+    return {
+      all: false,
+      read: [],
+      write: [],
+      net: [],
+      env: [],
+      run: [],
+      ffi: [],
+      sys: [],
+      enforce: "strict",
+    };
+  }
+  if (typeof input === "string") {
+    throw new RangeError(
+      `Invalid option "${optionName}": expected an object or "all", received ${
+        describe(input)
+      }`,
+    );
+  }
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    throw new TypeError(
+      `Invalid option "${optionName}": expected an object or "all", received ${
+        describe(input)
+      }`,
+    );
+  }
+  if (!isAbsolute(cwd)) {
+    throw new RangeError(
+      `Cannot resolve option "${optionName}": the working directory must be absolute, received ${
+        describe(cwd)
+      }`,
+    );
+  }
+  for (const key of Object.keys(input)) {
+    if (!KNOWN_KEYS.has(key)) {
+      throw new TypeError(
+        `Invalid option "${optionName}.${key}": not a permission (expected one of ${
+          [...KNOWN_KEYS].join(", ")
+        })`,
+      );
+    }
+  }
+  const enforce = input.enforce ?? "strict";
+  if (enforce !== "strict" && enforce !== "best-effort") {
+    const message =
+      `Invalid option "${optionName}.enforce": expected "strict" or "best-effort", received ${
+        describe(enforce)
+      }`;
+    throw typeof enforce === "string"
+      ? new RangeError(message)
+      : new TypeError(message);
+  }
+  const field = (kind: PermissionKind): ResolvedScopes =>
+    resolveScopes(input[kind], kind, cwd, `${optionName}.${kind}`);
+  return {
+    all: false,
+    read: field("read"),
+    write: field("write"),
+    net: field("net"),
+    env: field("env"),
+    run: field("run"),
+    ffi: field("ffi"),
+    sys: field("sys"),
+    enforce,
+  };
+}
+
+/**
+ * Whether a resolved kind grants anything.
+ *
+ * @param scopes The resolved kind.
+ * @returns `true` for `true` and for a non-empty list.
+ *
+ * @example
+ * ```ts
+ * import { isGranted } from "./permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isGranted([]), false);
+ * assert.equal(isGranted(["/data"]), true);
+ * assert.equal(isGranted(true), true);
+ * ```
+ */
+export function isGranted(scopes: ResolvedScopes): boolean {
+  return scopes === true || scopes.length > 0;
+}
+
+/**
+ * Deno's permission flags for resolved permissions: `["-A"]` for `"all"`,
+ * otherwise `--no-prompt` followed by one `--allow-<kind>[=<scopes>]` per
+ * granted kind. Nothing granted gives `["--no-prompt"]`.
+ *
+ * @param permissions The resolved permissions.
+ * @param extraRead Paths the worker must read besides its grants (merged into
+ * `--allow-read` unless read is granted wholesale). A worker started through
+ * a `data:` main module that imports its module statically needs none: see
+ * docs/permissions.md.
+ * @returns The flags, to put between `deno run` and the main module.
+ * @throws {RangeError} when an extra read path is relative or contains a
+ * comma.
+ *
+ * @example
+ * ```ts
+ * import { denoPermissionFlags, resolvePermissions } from "./permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const resolved = resolvePermissions(
+ *   { read: ["./data"], net: ["localhost:8080"], env: true },
+ *   "/app",
+ * );
+ * assert.deepEqual(denoPermissionFlags(resolved, []), [
+ *   "--no-prompt",
+ *   "--allow-read=/app/data",
+ *   "--allow-net=localhost:8080",
+ *   "--allow-env",
+ * ]);
+ * assert.deepEqual(denoPermissionFlags(resolvePermissions("all", "/"), []), ["-A"]);
+ * ```
+ */
+export function denoPermissionFlags(
+  permissions: ResolvedPermissions,
+  extraRead: readonly string[],
+): string[] {
+  if (permissions.all) return ["-A"];
+  extraRead.forEach((path, index) => {
+    if (typeof path !== "string" || !isAbsolute(path) || path.includes(",")) {
+      throw new RangeError(
+        `Invalid extra read path [${index}]: expected an absolute path without a comma, received ${
+          describe(path)
+        }`,
+      );
+    }
+  });
+  const flags = ["--no-prompt"];
+  for (const kind of PERMISSION_KINDS) {
+    let scopes = permissions[kind];
+    if (kind === "read" && scopes !== true && extraRead.length > 0) {
+      scopes = dedupe([...scopes, ...extraRead]);
+    }
+    if (scopes === true) flags.push(`--allow-${kind}`);
+    else if (scopes.length > 0) {
+      flags.push(`--allow-${kind}=${scopes.join(",")}`);
+    }
+  }
+  return flags;
+}
+
+function resolveScopes(
+  value: unknown,
+  kind: PermissionKind,
+  cwd: string,
+  name: string,
+): ResolvedScopes {
+  if (value === undefined || value === false) return [];
+  if (value === true) return true;
+  if (!Array.isArray(value)) {
+    throw new TypeError(
+      `Invalid option "${name}": expected an array of strings or a boolean, received ${
+        describe(value)
+      }`,
+    );
+  }
+  const scopes: string[] = [];
+  value.forEach((entry: unknown, index) => {
+    const at = `${name}[${index}]`;
+    if (typeof entry !== "string") {
+      throw new TypeError(
+        `Invalid option "${at}": expected a string, received ${
+          describe(entry)
+        }`,
+      );
+    }
+    scopes.push(resolveScope(entry, kind, cwd, at));
+  });
+  return dedupe(scopes);
+}
+
+function resolveScope(
+  entry: string,
+  kind: PermissionKind,
+  cwd: string,
+  at: string,
+): string {
+  const fail = (expected: string): never => {
+    throw new RangeError(
+      `Invalid option "${at}": expected ${expected}, received ${
+        describe(entry)
+      }`,
+    );
+  };
+  if (entry.trim() === "") fail("a non-empty scope");
+  if (entry.includes("\0")) fail("a scope without NUL characters");
+  if (entry.includes(",")) {
+    fail("a scope without a comma (Deno's flags cannot express one)");
+  }
+  switch (kind) {
+    case "read":
+    case "write":
+    case "ffi":
+      return resolvePath(entry, cwd, at);
+    case "run":
+      // A bare name is looked up on PATH; anything with a slash is a path.
+      return entry.includes("/") || entry.startsWith("file:")
+        ? resolvePath(entry, cwd, at)
+        : entry;
+    case "net":
+      if (entry.includes("://") || entry.includes("/") || /\s/.test(entry)) {
+        fail('a host with an optional port (e.g. "example.com:443")');
+      }
+      return entry;
+    case "env":
+      if (entry.includes("=") || /\s/.test(entry)) {
+        fail("a variable name");
+      }
+      return entry;
+    case "sys":
+      if (!/^[A-Za-z]+$/.test(entry)) {
+        fail('a system API name (e.g. "hostname")');
+      }
+      return entry;
+  }
+}
+
+function resolvePath(entry: string, cwd: string, at: string): string {
+  if (entry.startsWith("file:")) {
+    try {
+      return resolve(fileURLToPath(entry));
+    } catch (error: unknown) {
+      throw new RangeError(
+        `Invalid option "${at}": expected a path or a file: URL, received ${
+          describe(entry)
+        }`,
+        { cause: error },
+      );
+    }
+  }
+  return resolve(cwd, entry);
+}
+
+function dedupe(scopes: readonly string[]): string[] {
+  return [...new Set(scopes)];
+}
+
+function describe(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "function") return "a function";
+  return `${typeof value} ${String(value)}`;
+}

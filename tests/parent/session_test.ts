@@ -1,0 +1,505 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  AirlockError,
+  RemoteError,
+  session,
+  SessionClosedError,
+  WorkerCrashedError,
+  WorkerStartError,
+  WorkerTimeoutError,
+} from "../../mod.ts";
+import type behaviour from "../fixtures/behaviour_worker.ts";
+import type sqlite from "../fixtures/sqlite_worker.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  fixture,
+  isAlive,
+  liveChildren,
+  OTHER_RUNTIME,
+  until,
+  within,
+} from "../_helpers.ts";
+
+checkNoLeaks();
+
+const worker = fixture("behaviour_worker.ts");
+
+function scratch(): string {
+  return mkdtempSync(join(tmpdir(), "airlock-session-"));
+}
+
+function lines(path: string): string[] {
+  try {
+    return readFileSync(path, "utf8").split("\n").filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+describe("session() calls", () => {
+  test("session() resolves ready with a pid and serves typed calls", async () => {
+    await using s = await session<typeof behaviour>(worker, captureLog());
+    assert.equal(typeof s.pid, "number");
+    assert.equal(await s.add(2, 3), 5);
+    assert.equal(await s.call("add", [4, 5]), 9);
+    assert.equal(await s.whoami(), s.pid);
+    const stats = s.stats();
+    assert.equal(stats.pid, s.pid);
+    assert.equal(stats.calls, 3);
+    assert.equal(stats.completed, 3);
+    assert.equal(stats.restarts, 0);
+    assert.ok((stats.rssBytes ?? 0) > 1024 * 1024, "rssBytes from the OS");
+    assert.ok(stats.uptimeMs >= 0);
+  });
+
+  test("session() 25 concurrent calls with mixed delays each get their own answer", async () => {
+    await using s = await session<typeof behaviour>(worker, captureLog());
+    const calls = Array.from(
+      { length: 25 },
+      (_, i) => s.delay((i * 7) % 40, { i }),
+    );
+    const values = await within(Promise.all(calls), 30_000, "25 calls");
+    assert.deepEqual(values, Array.from({ length: 25 }, (_, i) => ({ i })));
+  });
+
+  test("session() carries rich values both ways", async () => {
+    await using s = await session<typeof behaviour>(worker, captureLog());
+    const value = {
+      date: new Date(1_700_000_000_123),
+      map: new Map<unknown, unknown>([[1, "one"], ["k", [1n]]]),
+      set: new Set(["a", "b"]),
+      big: -(2n ** 70n),
+      nan: Number.NaN,
+      negZero: -0,
+      inf: -Infinity,
+      undef: undefined,
+      re: /x+y/gi,
+      url: new URL("https://example.com/a?b=c"),
+      bytes: new Uint8Array([1, 2, 3]),
+      floats: new Float64Array([1.5, -2.25]),
+      big64: new BigInt64Array([-5n]),
+      buffer: new Uint8Array([9, 8]).buffer,
+      nested: [[1, [2, [3]]], { deep: null }],
+    };
+    const back = await s.echo(value) as typeof value;
+    assert.deepEqual(back, value);
+    assert.ok(Object.is(back.negZero, -0));
+  });
+
+  test("session() rejects a RemoteError keeping name, message, code, properties, cause and stack", async () => {
+    await using s = await session<typeof behaviour>(worker, captureLog());
+    const error = await s.throwCustom().then(() => undefined, (e) => e);
+    assert.ok(error instanceof RemoteError);
+    assert.ok(error instanceof AirlockError);
+    assert.equal(error.name, "CustomError");
+    assert.equal(error.message, "custom failure");
+    assert.equal(error.code, "E_CUSTOM");
+    assert.deepEqual(error.detail, { table: "t1" });
+    assert.equal(error.op, "throwCustom");
+    assert.equal(error.pid, s.pid);
+    assert.match(error.remoteStack ?? "", /throwCustom|behaviour_worker/);
+    assert.ok(error.cause instanceof Error);
+    assert.equal((error.cause as Error).name, "TypeError");
+    assert.equal((error.cause as Error).message, "root cause");
+    const plain = await s.throwString().then(() => undefined, (e) => e);
+    assert.ok(plain instanceof RemoteError);
+    assert.equal(plain.message, "plain string");
+  });
+
+  test("session() answers an unknown op with an error listing the ops served", async () => {
+    await using s = await session(worker, captureLog());
+    const error = await s.call("nope", []).then(() => undefined, (e) => e);
+    assert.ok(error instanceof RemoteError);
+    assert.equal(error.name, "TypeError");
+    assert.match(error.message, /"nope".*"echo"/);
+  });
+
+  test("session() refuses an argument that cannot cross, naming where it sits, and stays usable", async () => {
+    await using s = await session<typeof behaviour>(worker, captureLog());
+    const error = await s.call("echo", [{ onDone: () => 1 }]).then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(error instanceof TypeError);
+    assert.match(error.message, /args\[0\]\.onDone/);
+    const back = await s.returnFunction().then(() => undefined, (e) => e);
+    assert.ok(back instanceof RemoteError);
+    assert.equal(back.name, "TypeError");
+    assert.equal(await s.add(1, 1), 2);
+  });
+});
+
+describe("session() crashes", () => {
+  test("session() a crash with 8 calls pending fails all 8, then the next call runs on a new worker", async () => {
+    const log = captureLog();
+    await using s = await session<typeof behaviour>(worker, log);
+    const before = s.pid;
+    const pending = Array.from({ length: 8 }, () => s.call("hang", []));
+    await s.stderr("last words");
+    void s.killSelf("SIGKILL").catch(() => {});
+    const results = await within(
+      Promise.allSettled(pending),
+      30_000,
+      "pending calls after a crash",
+    );
+    for (const result of results) {
+      assert.equal(result.status, "rejected");
+      const error = (result as PromiseRejectedResult).reason;
+      assert.ok(error instanceof WorkerCrashedError, String(error));
+      assert.equal(error.signal, "SIGKILL");
+      assert.equal(error.exitCode, null);
+      assert.equal(error.pid, before);
+      assert.equal(error.op, "hang");
+      assert.match(error.hint ?? "", /killed from outside|out-of-memory/);
+      assert.match(error.stderrTail, /last words/);
+    }
+    assert.equal(await s.add(1, 2), 3);
+    assert.notEqual(s.pid, before);
+    assert.equal(s.stats().crashes, 1);
+    assert.equal(s.stats().restarts, 1);
+  });
+
+  test("session() reports the exit code of a worker that exits", async () => {
+    await using s = await session<typeof behaviour>(worker, captureLog());
+    const error = await s.exitWith(3).then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerCrashedError);
+    assert.equal(error.exitCode, 3);
+    assert.equal(error.signal, null);
+  });
+
+  test("session() replays setup on every start and retries idempotent calls lost in a crash", async () => {
+    const dir = scratch();
+    try {
+      await using s = await session<typeof behaviour>(worker, {
+        ...captureLog(),
+        setup: [["increment"], ["increment"]],
+        idempotent: ["delay"],
+        permissions: { write: [dir] },
+      });
+      assert.equal(await s.increment(), 3, "setup ran twice before");
+      const log = join(dir, "append.log");
+      const idempotent = s.delay(300, "survived");
+      const nonIdempotent = s.appendThenWait(log, "once", 60_000).then(
+        () => undefined,
+        (e) => e,
+      );
+      await until(() => lines(log).length === 1, 10_000, "append ran");
+      await s.killSelfLater(20).catch(() => {});
+      assert.equal(
+        await within(idempotent, 30_000, "retried call"),
+        "survived",
+      );
+      const lost = await within(nonIdempotent, 30_000, "lost call");
+      assert.ok(lost instanceof WorkerCrashedError);
+      assert.equal(lost.op, "appendThenWait");
+      assert.deepEqual(lines(log), ["once"], "the write ran exactly once");
+      assert.equal(await s.increment(), 3, "setup replayed on the new worker");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("session() timeouts and cancellation", () => {
+  test("session() one timeout keeps the worker, two in a row replace it", async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      cancelGraceMs: 60_000,
+    });
+    const first = s.pid;
+    const t1 = await s.call("hang", [], { timeoutMs: 50 }).then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(t1 instanceof WorkerTimeoutError);
+    assert.equal(t1.op, "hang");
+    assert.equal(t1.phase, "call");
+    assert.ok(t1.elapsedMs >= 45);
+    assert.equal(await s.add(1, 1), 2);
+    assert.equal(s.pid, first, "one timeout keeps the pid");
+    const bystander = s.call("hang", []);
+    await s.call("hang", [], { timeoutMs: 50 }).catch(() => {});
+    await s.call("hang", [], { timeoutMs: 50 }).catch(() => {});
+    const lost = await within(bystander, 30_000, "bystander").then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(lost instanceof WorkerCrashedError);
+    assert.match(lost.reason ?? "", /"hang".*timed out twice/);
+    assert.equal(await s.add(2, 2), 4);
+    assert.notEqual(s.pid, first, "two timeouts in a row change the pid");
+    assert.ok(s.stats().timeouts >= 3);
+  });
+
+  test("session() abort rejects with signal.reason at once and the handler's signal fires", async () => {
+    const dir = scratch();
+    try {
+      await using s = await session<typeof behaviour>(worker, {
+        ...captureLog(),
+        permissions: { write: [dir] },
+      });
+      const file = join(dir, "cancel.log");
+      const controller = new AbortController();
+      const call = s.call("waitForCancel", [file], {
+        signal: controller.signal,
+      });
+      await s.add(0, 0);
+      const reason = new Error("user gave up");
+      controller.abort(reason);
+      assert.equal(await call.then(() => undefined, (e) => e), reason);
+      await until(() => lines(file).length === 1, 10_000, "handler saw abort");
+      const pid = s.pid;
+      assert.equal(await s.add(1, 1), 2);
+      assert.equal(s.pid, pid, "a handler that stops keeps its worker");
+      const already = AbortSignal.abort(new Error("too late"));
+      const early = await s.call("add", [1, 1], { signal: already }).then(
+        () => undefined,
+        (e) => e,
+      );
+      assert.equal((early as Error).message, "too late");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("session() a cancelled call that does not stop is killed after the grace period", async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      cancelGraceMs: 100,
+    });
+    const first = s.pid!;
+    const controller = new AbortController();
+    const stuck = s.call("hang", [], { signal: controller.signal });
+    const bystander = s.call("hang", []);
+    controller.abort();
+    const reason = await stuck.then(() => undefined, (e) => e);
+    assert.equal((reason as Error).name, "AbortError");
+    const lost = await within(bystander, 30_000, "bystander").then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(lost instanceof WorkerCrashedError);
+    assert.match(lost.reason ?? "", /cancelled call "hang".*100 ms/);
+    await until(() => !isAlive(first), 10_000, "old worker gone");
+    assert.equal(await s.add(1, 1), 2);
+    assert.notEqual(s.pid, first);
+  });
+});
+
+describe("session() restart and close", () => {
+  test("session() restart() gives a new pid after calls in flight finish", async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      setup: [["increment"]],
+    });
+    const first = s.pid;
+    const inFlight = s.delay(100, "finished");
+    const restarted = s.restart();
+    const during = s.whoami();
+    assert.equal(await inFlight, "finished");
+    await restarted;
+    assert.notEqual(s.pid, first);
+    assert.equal(
+      await during,
+      s.pid,
+      "calls made meanwhile run on the new worker",
+    );
+    assert.equal(await s.increment(), 2, "setup replayed");
+    assert.equal(s.stats().restarts, 1);
+    assert.equal(isAlive(first!), false);
+  });
+
+  test("session() close() drains, leaves no process, and refuses later calls", async () => {
+    const s = await session<typeof behaviour>(worker, captureLog());
+    const pid = s.pid!;
+    const inFlight = s.delay(100, "drained");
+    const closing = s.close();
+    assert.equal(await inFlight, "drained");
+    await closing;
+    assert.equal(isAlive(pid), false);
+    await s.close();
+    const error = await s.add(1, 1).then(() => undefined, (e) => e);
+    assert.ok(error instanceof SessionClosedError);
+    assert.equal(error.op, "add");
+    const restart = await s.restart().then(() => undefined, (e) => e);
+    assert.ok(restart instanceof SessionClosedError);
+  });
+
+  test("session() close() frees a SQLite lock for a new session at once", async () => {
+    const dir = scratch();
+    try {
+      const path = join(dir, "app.db");
+      const options = {
+        ...captureLog(),
+        permissions: { read: [dir], write: [dir] },
+        setup: [["open", path]] as const,
+        callTimeoutMs: 10_000,
+      };
+      const first = await session<typeof sqlite>(
+        fixture("sqlite_worker.ts"),
+        options,
+      );
+      await first.exec("create table t(x)");
+      assert.equal(await first.lock(), "locked");
+      await first.close();
+      await using second = await session<typeof sqlite>(
+        fixture("sqlite_worker.ts"),
+        options,
+      );
+      await second.exec("insert into t values (1)");
+      assert.deepEqual(await second.all("select x from t"), [{ x: 1 }]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("session() start failures", () => {
+  test("session() reports a module that throws during import with its message and stack", async () => {
+    const started = Date.now();
+    const error = await session(fixture("import_throws_worker.ts"), {
+      ...captureLog(),
+      startTimeoutMs: 60_000,
+    }).then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerStartError, String(error));
+    assert.equal(error.failure, "import");
+    assert.equal(error.remoteMessage, "cannot load native binding");
+    assert.match(error.remoteStack ?? "", /import_throws_worker/);
+    assert.match(error.message, /threw during import/);
+    assert.ok(
+      Date.now() - started < 30_000,
+      "fails at once, not at the timeout",
+    );
+  });
+
+  test("session() reports a module without a worker definition", async () => {
+    const error = await session(fixture("not_a_worker.ts"), captureLog()).then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(error instanceof WorkerStartError);
+    assert.equal(error.failure, "definition");
+    assert.match(error.message, /defineWorker/);
+  });
+
+  test("session() reports a worker that exits before ready with code and stderr tail, without a respawn storm", async () => {
+    const error = await session(fixture("exit_on_import_worker.ts"), {
+      ...captureLog(),
+      maxRetries: 1,
+    }).then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerStartError, String(error));
+    assert.equal(error.failure, "retries");
+    const last = error.cause as WorkerStartError;
+    assert.ok(last instanceof WorkerStartError);
+    assert.equal(last.failure, "exited");
+    assert.equal(last.exitCode, 3);
+    assert.match(last.stderrTail, /about to exit during import/);
+  });
+
+  test("session() a setup call that throws fails the start with the remote error", async () => {
+    const error = await session(worker, {
+      ...captureLog(),
+      setup: [["throwCustom"]],
+    }).then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerStartError);
+    assert.equal(error.failure, "setup");
+    assert.ok(error.cause instanceof RemoteError);
+  });
+
+  test("session() a start that passes startTimeoutMs is a WorkerTimeoutError", async () => {
+    const error = await session(worker, {
+      ...captureLog(),
+      setup: [["hang"]],
+      startTimeoutMs: 300,
+      maxRetries: 0,
+    }).then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerTimeoutError, String(error));
+  });
+
+  test("session() refuses invalid options before anything spawns", async () => {
+    const before = liveChildren().length;
+    const cases: [Record<string, unknown>, typeof TypeError][] = [
+      [{ callTimeoutMs: -1 }, RangeError],
+      [{ callTimeoutMs: Number.NaN }, RangeError],
+      [{ startTimeoutMs: Infinity }, RangeError],
+      [{ callTimeoutMs: "5" }, TypeError],
+      [{ runtime: "node" }, TypeError],
+      [{ maxRetries: 1.5 }, RangeError],
+      [{ env: { A: 1 } }, TypeError],
+      [{ setup: [[1]] }, TypeError],
+      [{ sandbox: "maybe" }, TypeError],
+    ];
+    for (const [options, kind] of cases) {
+      const error = await session(worker, options).then(
+        () => undefined,
+        (e) => e,
+      );
+      assert.ok(error instanceof kind, `${JSON.stringify(options)}: ${error}`);
+      const name = Object.keys(options)[0]!;
+      assert.match(error.message, new RegExp(name));
+    }
+    const missing = await session("./does/not/exist.ts").then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(missing instanceof TypeError);
+    assert.match(missing.message, /does not exist/);
+    assert.equal(liveChildren().length, before);
+  });
+});
+
+describe("session() environment and output", () => {
+  test("session() does not inherit the parent's environment; env and inheritEnv set it", async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      env: { GREETING: "hello" },
+      inheritEnv: ["PATH"],
+      permissions: { env: true },
+    });
+    assert.equal(await s.env("GREETING"), "hello");
+    assert.equal(await s.env("PATH"), process.env.PATH);
+    assert.equal(await s.env("HOME"), undefined);
+  });
+
+  test("session() runs in the cwd option", async () => {
+    const dir = scratch();
+    try {
+      await using s = await session<typeof behaviour>(worker, {
+        ...captureLog(),
+        cwd: dir,
+        permissions: { sys: true, read: [dir] },
+      });
+      assert.equal(await s.cwd(), dir);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("session() hands stderr lines and stray stdout to onStderr without breaking the stream", async () => {
+    const log = captureLog();
+    await using s = await session<typeof behaviour>(worker, log);
+    assert.equal(await s.consoleLog("via console.log"), "logged");
+    assert.equal(await s.printStdout("raw stdout bytes\n"), "printed");
+    assert.equal(await s.add(1, 2), 3);
+    await until(
+      () =>
+        log.lines.includes("via console.log") &&
+        log.lines.includes("raw stdout bytes"),
+      10_000,
+      "both lines logged",
+    );
+  });
+
+  test(`session() runs a worker on the other runtime (${OTHER_RUNTIME})`, async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      runtime: OTHER_RUNTIME,
+    });
+    assert.equal(await s.add(20, 22), 42);
+  });
+});
