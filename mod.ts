@@ -52,6 +52,23 @@ export {
   type SessionStats,
 } from "./src/parent/session.ts";
 export {
+  DEFAULT_IDLE_TIMEOUT_MS,
+  DEFAULT_MAX_QUEUE,
+  type Pool,
+  pool,
+  type PoolCloseOptions,
+  type PoolHandle,
+  type PoolOptions,
+  type PoolStats,
+  type PoolWorkerStats,
+} from "./src/parent/pool.ts";
+export {
+  type PathsOption,
+  type RecycleCounts,
+  type StateScope,
+  stateScope,
+} from "./src/parent/state_scope.ts";
+export {
   type OneShot,
   oneShot,
   type OneShotHandle,

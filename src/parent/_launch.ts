@@ -54,6 +54,7 @@ export function routedEvents(initial: ConnectionEvents): RoutedEvents {
     onLost: (calls, exit) => target.onLost(calls, exit),
     onTimeout: (call) => target.onTimeout(call),
     onAnswer: (call) => target.onAnswer(call),
+    onSlotFree: () => target.onSlotFree?.(),
     route(next) {
       target = next;
     },

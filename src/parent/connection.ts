@@ -93,6 +93,8 @@ export interface ConnectionEvents {
   onTimeout(call: CallRecord): void;
   /** A call was answered. */
   onAnswer(call: CallRecord): void;
+  /** The worker finished something it was running (occupancy went down). */
+  onSlotFree?(): void;
 }
 
 /** Options of {@linkcode startConnection}. */
@@ -261,11 +263,9 @@ export class Connection {
   #timeout(call: CallRecord, startedAt: number): void {
     this.#timers.delete(call.id);
     if (this.#pending.get(call.id) !== call) return;
-    this.#pending.delete(call.id);
     this.#consecutiveTimeouts++;
-    this.#syncRef();
-    this.#writeCancel(call.id);
-    call.reject(
+    this.#abandon(
+      call,
       new WorkerTimeoutError({
         module: this.module,
         op: call.op,
@@ -274,6 +274,7 @@ export class Connection {
         elapsedMs: Date.now() - startedAt,
         phase: "call",
       }),
+      "timed out",
     );
     if (this.#consecutiveTimeouts >= 2) this.kill(timeoutReason(call));
     this.#options.events.onTimeout(call);
@@ -282,7 +283,7 @@ export class Connection {
   /**
    * Abandons a call in flight: rejects it with `reason`, tells the worker to
    * abort it, and kills the worker if the handler has not finished after the
-   * grace period.
+   * grace period (`cancelGraceMs`).
    *
    * @param call The call.
    * @param reason What the call rejects with.
@@ -290,22 +291,31 @@ export class Connection {
    */
   cancel(call: CallRecord, reason: unknown): boolean {
     if (this.#pending.get(call.id) !== call) return false;
+    this.#abandon(call, reason, "cancelled");
+    return true;
+  }
+
+  #abandon(call: CallRecord, reason: unknown, what: string): void {
     this.#pending.delete(call.id);
     this.#clearTimer(call.id);
-    this.#syncRef();
-    call.reject(reason);
-    this.#writeCancel(call.id);
     const grace = this.#options.cancelGraceMs;
     this.#cancelling.set(
       call.id,
       setTimeout(() => {
         this.#cancelling.delete(call.id);
         this.kill(
-          `killed by airlock because cancelled call "${call.op}" (id ${call.id}) did not stop within ${grace} ms`,
+          `killed by airlock because ${what} call "${call.op}" (id ${call.id}) did not stop within ${grace} ms`,
         );
       }, grace),
     );
-    return true;
+    this.#syncRef();
+    call.reject(reason);
+    this.#writeCancel(call.id);
+  }
+
+  /** Calls the worker is still running: in flight plus abandoned ones that have not stopped. */
+  get occupancy(): number {
+    return this.#pending.size + this.#cancelling.size;
   }
 
   #writeCancel(id: number): void {
@@ -333,7 +343,13 @@ export class Connection {
 
   #idleWaiters: (() => void)[] = [];
 
+  #lastOccupancy = 0;
+
   #syncRef(): void {
+    const occupancy = this.occupancy;
+    const freed = occupancy < this.#lastOccupancy;
+    this.#lastOccupancy = occupancy;
+    if (freed) queueMicrotask(() => this.#options.events.onSlotFree?.());
     if (this.#pending.size === 0 && this.#idleWaiters.length > 0) {
       const waiters = this.#idleWaiters;
       this.#idleWaiters = [];

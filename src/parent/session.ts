@@ -26,9 +26,37 @@ import {
   type WorkerOptions,
 } from "./options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
+import {
+  type PathsOption,
+  type RecycleCounts,
+  resolvePaths,
+  resolveScopes,
+  type StateScope,
+  type StateStamp,
+  StateTracker,
+} from "./state_scope.ts";
 
 /** Options of {@linkcode session}. */
-export interface SessionOptions extends WorkerOptions {}
+export interface SessionOptions extends WorkerOptions {
+  /**
+   * Paths (files or directories) the worker's state depends on. Their
+   * identity (device and inode, or absence) is recorded when each worker
+   * starts and checked (one `stat` per path) before each call; when one
+   * changed (deleted, recreated, replaced by rename) the worker is replaced
+   * before the call runs: calls already running finish on the old worker,
+   * `setup` is replayed on the new one. See docs/modes.md.
+   *
+   * @default {[]}
+   */
+  watch?: PathsOption;
+  /**
+   * State scopes this session is bound to: their paths are watched, and
+   * their `invalidate()` replaces this session's worker.
+   *
+   * @default {[]}
+   */
+  scope?: StateScope | readonly StateScope[];
+}
 
 /** What {@linkcode Session.stats} reports. */
 export interface SessionStats {
@@ -54,6 +82,8 @@ export interface SessionStats {
   inFlight: number;
   /** Calls waiting for a worker to be ready. */
   queued: number;
+  /** Workers replaced, by cause (`tasks` and `memory` stay 0: they are pool causes). */
+  recycledBy: RecycleCounts;
 }
 
 /** The control surface of a session, beside the typed proxy. */
@@ -81,6 +111,12 @@ export interface SessionHandle<D = unknown> {
   close(): Promise<void>;
   /** Same as `close()`, for `await using`. */
   [Symbol.asyncDispose](): Promise<void>;
+  /**
+   * Marks the worker stale: the next call runs on a fresh worker (calls
+   * already running finish first). For changes `watch` cannot see, such as
+   * an in-place migration that keeps the file's inode.
+   */
+  invalidate(): void;
   /** The current worker's pid (`undefined` while none runs). */
   readonly pid: number | undefined;
   /** Counters and the current worker's figures. */
@@ -93,7 +129,16 @@ export type Session<D = unknown> = SessionHandle<D> & WorkerApi<D>;
 class SessionCore implements ConnectionEvents {
   readonly options: ResolvedWorkerOptions;
   readonly adapter: RuntimeAdapter;
+  readonly tracker: StateTracker;
   #conn: Connection | undefined;
+  #stamp: StateStamp | undefined;
+  #recycled: RecycleCounts = {
+    tasks: 0,
+    memory: 0,
+    watch: 0,
+    invalidate: 0,
+    crash: 0,
+  };
   #starting: Promise<Connection> | undefined;
   #restarting: Promise<void> | undefined;
   #queue: PendingCall[] = [];
@@ -108,9 +153,14 @@ class SessionCore implements ConnectionEvents {
     timeouts: 0,
   };
 
-  constructor(options: ResolvedWorkerOptions, adapter: RuntimeAdapter) {
+  constructor(
+    options: ResolvedWorkerOptions,
+    adapter: RuntimeAdapter,
+    tracker: StateTracker,
+  ) {
     this.options = options;
     this.adapter = adapter;
+    this.tracker = tracker;
   }
 
   get pid(): number | undefined {
@@ -119,8 +169,10 @@ class SessionCore implements ConnectionEvents {
 
   start(): Promise<Connection> {
     if (this.#starting) return this.#starting;
+    const stamp = this.tracker.stamp();
     const starting = launchWorker(this.options, this.adapter, this).then(
       (conn) => {
+        this.#stamp = stamp;
         if (this.#everStarted) this.#stats.restarts++;
         this.#everStarted = true;
         this.#starting = undefined;
@@ -144,7 +196,10 @@ class SessionCore implements ConnectionEvents {
     this.#conn = conn;
     conn.closed.then((exit) => {
       if (this.#conn === conn) this.#conn = undefined;
-      if (!exit.requested) this.#stats.crashes++;
+      if (!exit.requested) {
+        this.#stats.crashes++;
+        this.#recycled.crash++;
+      }
       if (this.#queue.length > 0 && !this.#restarting && !this.#closing) {
         this.start().catch(() => {});
       }
@@ -209,7 +264,16 @@ class SessionCore implements ConnectionEvents {
   #dispatch(call: PendingCall): void {
     const conn = this.#conn;
     if (conn && conn.alive && !this.#restarting && !conn.stopping) {
-      conn.send(call);
+      const cause = this.tracker.active && this.#stamp
+        ? this.tracker.staleness(this.#stamp, this.tracker.stamp())
+        : undefined;
+      if (!cause) {
+        conn.send(call);
+        return;
+      }
+      this.#recycled[cause]++;
+      this.#queue.push(call);
+      this.#replace().catch(() => {});
       return;
     }
     this.#queue.push(call);
@@ -245,6 +309,15 @@ class SessionCore implements ConnectionEvents {
         new SessionClosedError({ module: this.options.label, op: "restart" }),
       );
     }
+    return this.#replace();
+  }
+
+  invalidate(): void {
+    this.tracker.invalidate();
+  }
+
+  /** Replaces the worker once its calls in flight finish; queued calls run on the new one. */
+  #replace(): Promise<void> {
     if (this.#restarting) return this.#restarting;
     const restarting = (async () => {
       try {
@@ -298,6 +371,7 @@ class SessionCore implements ConnectionEvents {
       uptimeMs: conn ? Date.now() - conn.startedAt : 0,
       inFlight: conn?.inFlight ?? 0,
       queued: this.#queue.length,
+      recycledBy: { ...this.#recycled },
     };
   }
 }
@@ -338,7 +412,11 @@ export async function session<D = unknown>(
 ): Promise<Session<D>> {
   const adapter = detect();
   const resolved = resolveWorkerOptions(module, options, adapter);
-  const core = new SessionCore(resolved, adapter);
+  const tracker = new StateTracker(
+    resolvePaths(options.watch, resolved.cwd, "watch"),
+    resolveScopes(options.scope),
+  );
+  const core = new SessionCore(resolved, adapter, tracker);
   await core.start();
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     core.call(op, args, callOptions);
@@ -347,6 +425,7 @@ export async function session<D = unknown>(
     restart: () => core.restart(),
     close: () => core.close(),
     [Symbol.asyncDispose]: () => core.close(),
+    invalidate: () => core.invalidate(),
     get pid() {
       return core.pid;
     },

@@ -41,7 +41,7 @@ export interface EncodeValueOptions {
    *
    * @default {65536}
    */
-  attachmentThresholdBytes?: number;
+  attachmentThresholdBytes?: number | undefined;
 }
 
 /** Containers (arrays, objects, maps, sets, errors) nest at most this deep. */
@@ -164,7 +164,8 @@ let busy = false;
  * properties are left out, array holes become `undefined`, and strings with
  * lone surrogates get U+FFFD in their place (UTF-8 cannot carry them). An
  * error always crosses: a property of it that cannot is replaced by a string
- * such as `"[unserializable function]"`.
+ * such as `"[unserializable function]"`. An exception thrown by a getter
+ * of the value propagates unchanged.
  *
  * @param value The value to encode.
  * @param options The attachment threshold.
@@ -455,7 +456,7 @@ function encodeObject(v: object, depth: number): void {
     }
   } else if (v instanceof ArrayBuffer) {
     writeHead(6, TAG_ARRAY_BUFFER);
-    writeBytes(new Uint8Array(v));
+    writeBytes(bytesOf(v, 0, v.byteLength));
   } else if (URL_CLASS !== undefined && v instanceof URL_CLASS) {
     writeHead(6, TAG_URL);
     writeString(v.href);
@@ -543,7 +544,7 @@ function encodeSet(v: Set<unknown>, depth: number): void {
 }
 
 function encodeBinaryView(v: ArrayBufferView): void {
-  const bytes = new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  const bytes = bytesOf(v.buffer, v.byteOffset, v.byteLength);
   if (v instanceof Uint8Array) {
     writeBytes(bytes);
     return;
@@ -564,6 +565,19 @@ function encodeBinaryView(v: ArrayBufferView): void {
   const size = (v as unknown as { BYTES_PER_ELEMENT: number })
     .BYTES_PER_ELEMENT;
   writeBytes(LITTLE_ENDIAN || size === 1 ? bytes : swapBytes(bytes, size));
+}
+
+/** A byte view on binary data; refuses a detached buffer. */
+function bytesOf(
+  buffer: ArrayBufferLike,
+  byteOffset: number,
+  byteLength: number,
+): Uint8Array {
+  try {
+    return new Uint8Array(buffer, byteOffset, byteLength);
+  } catch {
+    throw new Refusal("a detached ArrayBuffer", "detached ArrayBuffer");
+  }
 }
 
 /** Writes a byte string, or an attachment reference for a large one. */
@@ -740,13 +754,12 @@ function refuseObject(v: object, proto: unknown): Refusal {
 }
 
 function prependPath(error: unknown, segment: string): unknown {
-  if (error instanceof Refusal && error.path.length < MAX_PATH_CHARS * 4) {
-    error.path = segment + error.path;
-  }
+  if (error instanceof Refusal) error.path = segment + error.path;
   return error;
 }
 
 function keySegment(key: string): string {
+  if (key.length > 40) return `[${JSON.stringify(`${key.slice(0, 40)}…`)}]`;
   return IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
 }
 
@@ -904,11 +917,22 @@ export function decodeValue(
   head: Uint8Array,
   attachmentArea?: Uint8Array,
 ): unknown {
-  data = head;
-  dataView = new DataView(head.buffer, head.byteOffset, head.byteLength);
+  // Byte strings decode as plain Uint8Array views, even from a Node Buffer.
+  data = head.constructor === Uint8Array
+    ? head
+    : new Uint8Array(head.buffer, head.byteOffset, head.byteLength);
+  dataView = new DataView(data.buffer, data.byteOffset, data.byteLength);
   at = 0;
-  end = head.length;
-  area = attachmentArea ?? EMPTY_BYTES;
+  end = data.length;
+  area = attachmentArea === undefined
+    ? EMPTY_BYTES
+    : attachmentArea.constructor === Uint8Array
+    ? attachmentArea
+    : new Uint8Array(
+      attachmentArea.buffer,
+      attachmentArea.byteOffset,
+      attachmentArea.byteLength,
+    );
   try {
     const value = decodeItem(1);
     if (at !== end) {
@@ -1427,9 +1451,13 @@ function buildError(fields: Record<string, unknown>): Error {
     : undefined;
   let error: Error;
   let usedErrors = false;
-  if (name === "AggregateError" && Array.isArray(fields.errors)) {
-    error = new AggregateError(fields.errors, message, options);
-    usedErrors = true;
+  if (name === "AggregateError") {
+    usedErrors = Array.isArray(fields.errors);
+    error = new AggregateError(
+      usedErrors ? fields.errors as unknown[] : [],
+      message,
+      options,
+    );
   } else {
     error = new (ERROR_CLASSES.get(name) ?? Error)(message, options);
   }
@@ -1457,6 +1485,10 @@ function buildError(fields: Record<string, unknown>): Error {
       key === "cause" || (usedErrors && key === "errors")
     ) {
       continue;
+    }
+    // Bun gives errors own `line`, `column`…: redefine them in wire order.
+    if (Object.hasOwn(error, key)) {
+      delete (error as unknown as Record<string, unknown>)[key];
     }
     Object.defineProperty(error, key, {
       value: fields[key],

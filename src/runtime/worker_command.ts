@@ -6,17 +6,24 @@
  * @module
  */
 
-import { existsSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { WorkerStartError } from "../errors.ts";
+import { PermissionError, WorkerStartError } from "../errors.ts";
 import type { RuntimeAdapter, RuntimeName, SpawnRequest } from "./types.ts";
 import { signalName } from "./_signals.ts";
 import {
   denoPermissionFlags,
+  isGranted,
   type ResolvedPermissions,
 } from "./permissions.ts";
+import {
+  bwrapArgv,
+  findBwrap,
+  sandboxDecision,
+  workerMounts,
+} from "./sandbox.ts";
 
 /** A worker command, ready to spawn. */
 export interface WorkerCommand {
@@ -102,7 +109,7 @@ export function denoMainModule(entry: URL, module: URL, label: string): string {
     `await runEntry(() => import(${JSON.stringify(module.href)}), ${
       JSON.stringify(label)
     });\n`;
-  return `data:application/typescript;base64,${btoa(source)}`;
+  return `data:application/typescript,${encodeURIComponent(source)}`;
 }
 
 /**
@@ -265,6 +272,7 @@ export function buildWorkerCommand(
         binary,
         "run",
         "--quiet",
+        "--no-lock",
         ...denoPermissionFlags(input.permissions, []),
         ...(config ? ["--config", config] : []),
         denoMainModule(entry, moduleUrl, input.label),
@@ -290,7 +298,8 @@ export function buildWorkerCommand(
   if (guard) argv = [guard, "--pdeathsig", "KILL", "--", ...argv];
   return {
     module: input.label,
-    spawn: { argv, env, cwd: input.cwd },
+    // Inside the sandbox, bwrap sets the worker's environment itself.
+    spawn: { argv, env: wrapped ? {} : env, cwd: input.cwd },
     local: true,
     mapExit: wrapped
       ? exitThroughWrapper
@@ -298,13 +307,62 @@ export function buildWorkerCommand(
   };
 }
 
-// WIP: replaced by the bubblewrap plan once src/runtime/sandbox.ts lands.
+let bwrapPath: string | null | undefined;
+
+/**
+ * Wraps a worker command in bubblewrap when the sandbox applies (see
+ * `sandboxDecision`), or refuses permissions nothing can enforce here.
+ */
 function planSandbox(
-  _input: WorkerCommandInput,
-  _adapter: RuntimeAdapter,
-  _binary: string,
-  _argv: string[],
-  _env: Record<string, string>,
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  binary: string,
+  argv: string[],
+  env: Record<string, string>,
 ): string[] | undefined {
-  return undefined;
+  if (bwrapPath === undefined) {
+    bwrapPath = process.platform === "linux"
+      ? findBwrap({ PATH: adapter.env("PATH") ?? "/usr/bin:/bin" }) ?? null
+      : null;
+  }
+  const decision = sandboxDecision({
+    runtime: input.runtime,
+    sandbox: input.sandbox,
+    permissions: input.permissions,
+    bwrap: bwrapPath ?? undefined,
+    platform: process.platform,
+  });
+  if ("error" in decision) {
+    throw new PermissionError(decision.error, {
+      module: input.label,
+      permission: decision.permission,
+    });
+  }
+  if (!decision.use || !bwrapPath) return undefined;
+  const moduleUrl = input.moduleUrl;
+  const entry = workerEntryUrl();
+  const mounts = workerMounts({
+    runtime: input.runtime,
+    module: moduleUrl?.protocol === "file:"
+      ? fileURLToPath(moduleUrl)
+      : undefined,
+    entry: entry.protocol === "file:" ? fileURLToPath(entry) : undefined,
+    config: input.config,
+    env: { ...adapter.environment(), ...env },
+  });
+  if (mounts.denoDir) env.DENO_DIR = mounts.denoDir;
+  const permissions = input.permissions;
+  return bwrapArgv({
+    bwrap: bwrapPath,
+    runtimeBinary: realpathSync(binary),
+    command: argv,
+    readOnly: mounts.readOnly,
+    read: permissions.read,
+    write: permissions.write,
+    net: isGranted(permissions.net),
+    run: permissions.run,
+    ffi: permissions.ffi,
+    env,
+    cwd: input.cwd,
+  });
 }

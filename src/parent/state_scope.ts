@@ -1,0 +1,242 @@
+/**
+ * Stale-state detection: `watch` paths whose identity (device and inode, or
+ * absence) is recorded at each worker start and checked before each call, and
+ * state scopes that several sessions and pools share so one `invalidate()`
+ * recycles every worker bound to the same data.
+ *
+ * @module
+ */
+
+import { statSync } from "node:fs";
+import { isAbsolute, resolve as resolvePath } from "node:path";
+import { fileURLToPath } from "node:url";
+import { detect } from "../runtime/detect.ts";
+
+const SCOPE = Symbol.for("airlock.stateScope");
+
+/**
+ * Names the data a group of workers depends on. Pass it as the `scope`
+ * option of sessions and pools: `invalidate()` then recycles every worker
+ * bound to it, across all of them, and its paths are watched by each.
+ */
+export interface StateScope {
+  /** The watched paths (absolute). */
+  readonly paths: readonly string[];
+  /** Counts invalidations; workers started before the latest are stale. */
+  readonly generation: number;
+  /**
+   * Marks every worker bound to this scope stale: each session's and pool's
+   * next call runs on a fresh worker (calls already running finish first).
+   */
+  invalidate(): void;
+}
+
+/** A path option: one path or file URL, or a list of them. */
+export type PathsOption = string | URL | readonly (string | URL)[];
+
+/**
+ * Turns a `watch`-style option into absolute paths.
+ *
+ * @param value The option's value.
+ * @param cwd What relative paths resolve against.
+ * @param name The option's name, for errors.
+ * @returns Absolute paths.
+ * @throws {TypeError} when an entry is not a path or file URL.
+ */
+export function resolvePaths(
+  value: PathsOption | undefined,
+  cwd: string,
+  name: string,
+): string[] {
+  if (value === undefined) return [];
+  const list = Array.isArray(value) ? value : [value];
+  return list.map((item: unknown, index) => {
+    const where = Array.isArray(value) ? `${name}[${index}]` : name;
+    if (item instanceof URL) {
+      if (item.protocol !== "file:") {
+        throw new TypeError(
+          `Invalid option "${where}": expected a file URL or path, received ${item.href}`,
+        );
+      }
+      return fileURLToPath(item);
+    }
+    if (typeof item !== "string" || item === "") {
+      throw new TypeError(
+        `Invalid option "${where}": expected a path or file URL, received ${
+          typeof item === "string" ? '""' : String(item)
+        }`,
+      );
+    }
+    if (item.startsWith("file:")) return fileURLToPath(item);
+    return isAbsolute(item) ? item : resolvePath(cwd, item);
+  });
+}
+
+/**
+ * Creates a state scope: a name for data that several sessions and pools
+ * depend on.
+ *
+ * @param paths Paths (files or directories) the data lives in; they are
+ *   watched by every session and pool bound to the scope. May be empty, for
+ *   a scope that is only invalidated explicitly.
+ * @returns The scope.
+ * @throws {TypeError} when a path is not a string or file URL.
+ *
+ * @example One invalidate() for every worker on the same data
+ * ```ts
+ * import { stateScope } from "@airlock/airlock";
+ * import assert from "node:assert/strict";
+ *
+ * const data = stateScope("./data");
+ * assert.equal(data.generation, 0);
+ * data.invalidate(); // after an in-place migration
+ * assert.equal(data.generation, 1);
+ * ```
+ */
+export function stateScope(paths: PathsOption = []): StateScope {
+  const resolved = Object.freeze(resolvePaths(paths, detect().cwd(), "paths"));
+  let generation = 0;
+  const scope = {
+    paths: resolved,
+    get generation() {
+      return generation;
+    },
+    invalidate() {
+      generation++;
+    },
+  };
+  Object.defineProperty(scope, SCOPE, { value: true });
+  return scope;
+}
+
+/**
+ * Whether a value is a scope made by {@linkcode stateScope}.
+ *
+ * @param value Anything.
+ * @returns Whether it is a scope.
+ */
+export function isStateScope(value: unknown): value is StateScope {
+  return typeof value === "object" && value !== null &&
+    (value as Record<symbol, unknown>)[SCOPE] === true;
+}
+
+/** What a worker was started against. */
+export interface StateStamp {
+  /** Path identities at start. */
+  readonly identities: string;
+  /** Own plus scope invalidations at start. */
+  readonly generation: number;
+}
+
+/** Why a worker is stale. */
+export type StaleCause = "watch" | "invalidate";
+
+function identity(path: string): string {
+  try {
+    const stat = statSync(path, { throwIfNoEntry: false });
+    return stat ? `${stat.dev}:${stat.ino}` : "-";
+  } catch {
+    return "?";
+  }
+}
+
+/** Tracks the state workers depend on, for one session or pool. */
+export class StateTracker {
+  readonly #paths: readonly string[];
+  readonly #scopes: readonly StateScope[];
+  #own = 0;
+
+  /**
+   * Creates a tracker.
+   *
+   * @param watch Watched paths (absolute).
+   * @param scopes Scopes the session or pool is bound to.
+   */
+  constructor(watch: readonly string[], scopes: readonly StateScope[]) {
+    const paths = new Set(watch);
+    for (const scope of scopes) for (const path of scope.paths) paths.add(path);
+    this.#paths = [...paths];
+    this.#scopes = scopes;
+  }
+
+  /** Whether anything is tracked at all. */
+  get active(): boolean {
+    return this.#paths.length > 0 || this.#scopes.length > 0 || this.#own > 0;
+  }
+
+  #generation(): number {
+    let total = this.#own;
+    for (const scope of this.#scopes) total += scope.generation;
+    return total;
+  }
+
+  #identities(): string {
+    if (this.#paths.length === 1) return identity(this.#paths[0] as string);
+    let out = "";
+    for (const path of this.#paths) out += `${identity(path)}|`;
+    return out;
+  }
+
+  /**
+   * Records the state as it is now, for a worker about to start.
+   *
+   * @returns The stamp.
+   */
+  stamp(): StateStamp {
+    return { identities: this.#identities(), generation: this.#generation() };
+  }
+
+  /**
+   * Whether a worker started with `stamp` is stale compared with `now`.
+   *
+   * @param stamp The worker's stamp.
+   * @param now The state now (from {@linkcode StateTracker.stamp}).
+   * @returns The cause, or `undefined` when it is current.
+   */
+  staleness(stamp: StateStamp, now: StateStamp): StaleCause | undefined {
+    if (stamp.generation !== now.generation) return "invalidate";
+    if (stamp.identities !== now.identities) return "watch";
+    return undefined;
+  }
+
+  /** Marks every worker started so far stale. */
+  invalidate(): void {
+    this.#own++;
+  }
+}
+
+/** Recycles by cause. */
+export interface RecycleCounts {
+  /** After `maxTasksPerWorker` calls. */
+  tasks: number;
+  /** Over `maxRssBytes`. */
+  memory: number;
+  /** A watched path changed. */
+  watch: number;
+  /** `invalidate()` on the pool or a scope. */
+  invalidate: number;
+  /** The worker died and was replaced. */
+  crash: number;
+}
+
+/**
+ * Resolves the `scope` option.
+ *
+ * @param value The option's value.
+ * @returns The scopes.
+ * @throws {TypeError} when an entry is not a state scope.
+ */
+export function resolveScopes(value: unknown): StateScope[] {
+  if (value === undefined) return [];
+  const list = Array.isArray(value) ? value : [value];
+  return list.map((scope, index) => {
+    if (!isStateScope(scope)) {
+      throw new TypeError(
+        `Invalid option "scope${
+          Array.isArray(value) ? `[${index}]` : ""
+        }": expected a stateScope(...), received ${typeof scope}`,
+      );
+    }
+    return scope;
+  });
+}
