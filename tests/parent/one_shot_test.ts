@@ -1,0 +1,109 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  oneShot,
+  RemoteError,
+  WorkerCrashedError,
+  WorkerStartError,
+  WorkerTimeoutError,
+} from "../../mod.ts";
+import type behaviour from "../fixtures/behaviour_worker.ts";
+import type sqlite from "../fixtures/sqlite_worker.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  fixture,
+  isAlive,
+  liveChildren,
+} from "../_helpers.ts";
+
+checkNoLeaks();
+
+const worker = fixture("behaviour_worker.ts");
+
+describe("oneShot()", () => {
+  test("oneShot() runs each call in a fresh process that is gone when the call settles", async () => {
+    const run = oneShot<typeof behaviour>(worker, captureLog());
+    assert.equal(liveChildren().length, 0, "nothing spawned before a call");
+    const first = await run.whoami();
+    const second = await run.call("whoami", []);
+    assert.notEqual(first, second);
+    assert.equal(isAlive(first), false);
+    assert.equal(isAlive(second), false);
+    assert.equal(await run.add(2, 2), 4);
+  });
+
+  test("oneShot() runs concurrent calls in parallel processes", async () => {
+    const run = oneShot<typeof behaviour>(worker, captureLog());
+    const results = await Promise.all([run.busy(300), run.busy(300)]);
+    assert.notEqual(results[0].pid, results[1].pid);
+    assert.ok(
+      results[0].start < results[1].end && results[1].start < results[0].end,
+      "the two calls overlap in time",
+    );
+  });
+
+  test("oneShot() replays setup before the call", async () => {
+    const run = oneShot<typeof behaviour>(worker, {
+      ...captureLog(),
+      setup: [["increment"], ["increment"]],
+    });
+    assert.equal(await run.increment(), 3);
+    assert.equal(await run.increment(), 3, "a fresh process each time");
+  });
+
+  test("oneShot() every call sees the disk as it is now, and leaves no lock behind", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "airlock-oneshot-"));
+    try {
+      const path = join(dir, "app.db");
+      const run = oneShot<typeof sqlite>(fixture("sqlite_worker.ts"), {
+        ...captureLog(),
+        permissions: { read: [dir], write: [dir] },
+        setup: [["open", path]],
+      });
+      await run.exec("create table t(x)");
+      await run.lock();
+      await run.exec("insert into t values (1)");
+      assert.deepEqual(await run.all("select x from t"), [{ x: 1 }]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("oneShot() gives the same typed errors as a session", async () => {
+    const run = oneShot<typeof behaviour>(worker, {
+      ...captureLog(),
+      cancelGraceMs: 100,
+    });
+    assert.ok((await run.throwCustom().catch((e) => e)) instanceof RemoteError);
+    const crash = await run.killSelf("SIGKILL").catch((e) => e);
+    assert.ok(crash instanceof WorkerCrashedError);
+    assert.equal(crash.signal, "SIGKILL");
+    const timeout = await run.call("hang", [], { timeoutMs: 100 }).catch((e) =>
+      e
+    );
+    assert.ok(timeout instanceof WorkerTimeoutError);
+    const controller = new AbortController();
+    const cancelled = run.call("hang", [], { signal: controller.signal });
+    setTimeout(() => controller.abort(new Error("stop")), 50);
+    assert.equal(
+      (await cancelled.catch((e: Error) => e) as Error).message,
+      "stop",
+    );
+    const start = await oneShot(
+      fixture("import_throws_worker.ts"),
+      captureLog(),
+    )
+      .call("x", []).catch((e) => e);
+    assert.ok(start instanceof WorkerStartError);
+    assert.equal(start.failure, "import");
+  });
+
+  test("oneShot() refuses invalid options at once, before any call", () => {
+    assert.throws(() => oneShot(worker, { callTimeoutMs: -5 }), RangeError);
+    assert.throws(() => oneShot("./missing_worker.ts"), TypeError);
+  });
+});
