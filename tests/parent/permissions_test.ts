@@ -1,0 +1,135 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { PermissionError, RemoteError, session } from "../../mod.ts";
+import type permissions from "../fixtures/permissions_worker.ts";
+import { findBwrap } from "../../src/runtime/sandbox.ts";
+import { captureLog, checkNoLeaks, fixture, RUNTIME } from "../_helpers.ts";
+
+checkNoLeaks();
+
+const worker = fixture("permissions_worker.ts");
+const bwrap = findBwrap();
+const root = mkdtempSync(join(tmpdir(), "airlock-perm-"));
+const dirA = join(root, "A");
+const dirB = join(root, "B");
+mkdirSync(dirA);
+mkdirSync(dirB);
+writeFileSync(join(dirA, "a.txt"), "inside");
+writeFileSync(join(dirB, "b.txt"), "outside");
+let server: Server;
+let port = 0;
+
+before(async () => {
+  server = createServer((socket) => socket.destroy());
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  port = (server.address() as { port: number }).port;
+});
+
+after(async () => {
+  await new Promise((resolve) => server.close(resolve));
+  rmSync(root, { recursive: true, force: true });
+});
+
+/** Asserts a denial by class and by the runtime's own name or code. */
+function assertDenied(error: unknown, what: string): void {
+  assert.ok(error instanceof RemoteError, `${what}: ${error}`);
+  if (RUNTIME === "deno" && error.name === "NotCapable") return;
+  // Inside the OS sandbox the path, program or network does not exist.
+  assert.ok(
+    ["ENOENT", "EACCES", "EROFS", "EPERM", "ECONNREFUSED", "ENETUNREACH"]
+      .includes(String(error.code)),
+    `${what}: expected a denial, got ${error.name} ${
+      String(error.code)
+    }: ${error.message}`,
+  );
+}
+
+const skipSandbox = bwrap ? false : "bubblewrap (bwrap) is not installed";
+
+describe("permissions", () => {
+  test("a worker scoped to A reads and writes A, and nothing else", {
+    skip: RUNTIME === "bun" ? skipSandbox : false,
+  }, async () => {
+    await using s = await session<typeof permissions>(worker, {
+      ...captureLog(),
+      permissions: { read: [dirA], write: [dirA] },
+      env: { GIVEN: "yes", HIDDEN_FROM_DENO: "x" },
+    });
+    assert.equal(await s.read(join(dirA, "a.txt")), "inside");
+    assert.deepEqual(await s.list(dirA), ["a.txt"]);
+    assert.equal(await s.write(join(dirA, "new.txt"), "x"), "written");
+    assertDenied(await s.read(join(dirB, "b.txt")).catch((e) => e), "read B");
+    assertDenied(await s.list(dirB).catch((e) => e), "list B");
+    assertDenied(
+      await s.write(join(dirB, "new.txt"), "x").catch((e) => e),
+      "write B",
+    );
+    assertDenied(await s.connect(port).catch((e) => e), "connect");
+    assertDenied(await s.run("/bin/sh").catch((e) => e), "run");
+  });
+
+  test("a worker sees only the environment variables it is given and granted", {
+    skip: RUNTIME === "bun" ? skipSandbox : false,
+  }, async () => {
+    await using s = await session<typeof permissions>(worker, {
+      ...captureLog(),
+      permissions: { env: ["GIVEN"] },
+      env: { GIVEN: "yes" },
+    });
+    assert.equal(await s.env("GIVEN"), "yes");
+    const home = await s.env("HOME").catch((e) => e);
+    if (RUNTIME === "deno") assertDenied(home, "env HOME");
+    else assert.equal(home, undefined);
+  });
+
+  test("what is granted works: net, run, env", {
+    skip: RUNTIME === "bun" ? skipSandbox : false,
+  }, async () => {
+    await using s = await session<typeof permissions>(worker, {
+      ...captureLog(),
+      permissions: { net: true, run: true, env: true },
+      env: { GIVEN: "yes" },
+      inheritEnv: ["PATH"],
+    });
+    assert.equal(await s.connect(port), "connected");
+    assert.equal(await s.run("/bin/sh"), "started");
+    assert.equal(await s.env("GIVEN"), "yes");
+  });
+
+  test(
+    "the OS sandbox confines native code: FFI open(2) outside A fails, inside works",
+    {
+      skip: skipSandbox,
+    },
+    async () => {
+      await using s = await session<typeof permissions>(worker, {
+        ...captureLog(),
+        permissions: { read: [dirA], ffi: true },
+      });
+      assert.ok(await s.nativeOpen(join(dirA, "a.txt")) >= 0);
+      assert.equal(await s.nativeOpen(join(dirB, "b.txt")), -1);
+    },
+  );
+
+  test("without the OS sandbox the same FFI call escapes, which is what the sandbox is for", async () => {
+    await using s = await session<typeof permissions>(worker, {
+      ...captureLog(),
+      sandbox: "none",
+      permissions: { read: [dirA], ffi: true, enforce: "best-effort" },
+    });
+    assert.ok(await s.nativeOpen(join(dirB, "b.txt")) >= 0);
+  });
+
+  test("permissions that nothing can enforce fail with PermissionError before spawning", async () => {
+    const error = await session(worker, {
+      ...captureLog(),
+      sandbox: "os",
+      permissions: "all",
+    }).catch((e) => e);
+    assert.ok(error instanceof PermissionError, String(error));
+  });
+});
