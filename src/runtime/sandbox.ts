@@ -684,6 +684,22 @@ export interface WorkerMounts {
   denoDir: string | undefined;
 }
 
+/**
+ * The nearest directory at or above `start` that holds a `package.json`,
+ * `deno.json` or `deno.jsonc`: the module's project.
+ *
+ * @param start The module's directory.
+ * @returns The project directory, or `start` when there is none.
+ */
+export function projectRoot(start: string): string {
+  for (let dir = start;; dir = dirname(dir)) {
+    for (const name of ["package.json", "deno.json", "deno.jsonc"]) {
+      if (existsSync(join(dir, name))) return dir;
+    }
+    if (dirname(dir) === dir) return start;
+  }
+}
+
 /** Config files a runtime reads beside the code, looked up in the module's directory and its ancestors. */
 const CONFIG_FILES: readonly string[] = [
   "package.json",
@@ -698,13 +714,14 @@ const CONFIG_FILES: readonly string[] = [
 
 /**
  * The read-only paths a worker needs to start and import its code, found on
- * disk: the module's directory (not its whole project), every
- * `node_modules` from there up to the root plus the real locations of
- * packages linked into them (workspaces), the config files of those
- * directories and of `config`'s, airlock's own code (`workers/`, `src/`,
- * `mod.ts`, `worker.ts`) and, for Deno, its module caches
+ * disk: the module's project (the nearest directory above it holding a
+ * `package.json`, `deno.json` or `deno.jsonc`, else the module's own
+ * directory), every `node_modules` from there up to the root plus the real
+ * locations of packages linked into them (workspaces), the config files of
+ * those directories and of `config`'s, airlock's own code (`workers/`,
+ * `src/`, `mod.ts`, `worker.ts`) and, for Deno, its module caches
  * ({@linkcode denoCacheMounts}). Code the module imports from outside its
- * directory, other than packages, needs a read grant.
+ * project, other than packages, needs a read grant.
  *
  * @param options Where the module, airlock and the config are.
  * @returns The paths and Deno's cache directory.
@@ -739,7 +756,7 @@ export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
   const starts: string[] = [];
   if (options.module !== undefined) {
     const dir = dirname(options.module);
-    add(dir);
+    add(projectRoot(dir));
     starts.push(dir);
   }
   if (options.config !== undefined) {

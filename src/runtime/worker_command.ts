@@ -194,20 +194,30 @@ function runtimeBinary(
 }
 
 /**
- * The nearest `deno.json` or `deno.jsonc` at or above a directory.
+ * The Deno flags that make a worker module resolve its imports as in its
+ * own project: walking up from the module's directory, the first directory
+ * holding a `deno.json`, `deno.jsonc` or `package.json` is the project. Its
+ * `deno.json(c)` is passed with `--config`; a project with only a
+ * `package.json` gets `--node-modules-dir=manual`, so bare specifiers and
+ * `#` subpath imports resolve from its `package.json` and `node_modules`
+ * (the worker's main module is a `data:` URL, from which Deno would not
+ * discover either).
  *
- * @param start The directory to start from.
- * @returns Its path, or `undefined`.
+ * @param start The module's directory.
+ * @returns The flags (empty when the module belongs to no project).
  */
-export function findDenoConfig(start: string): string | undefined {
+export function denoProjectFlags(start: string): string[] {
   let dir = start;
   while (true) {
     for (const name of ["deno.json", "deno.jsonc"]) {
       const candidate = join(dir, name);
-      if (existsSync(candidate)) return candidate;
+      if (existsSync(candidate)) return ["--config", candidate];
+    }
+    if (existsSync(join(dir, "package.json"))) {
+      return ["--node-modules-dir=manual"];
     }
     const parent = dirname(dir);
-    if (parent === dir) return undefined;
+    if (parent === dir) return [];
     dir = parent;
   }
 }
@@ -264,17 +274,18 @@ export function buildWorkerCommand(
       const dir = denoDir(adapter);
       if (dir && env.DENO_DIR === undefined) env.DENO_DIR = dir;
       env.DENO_NO_UPDATE_CHECK ??= "1";
-      const config = input.config ??
-        (moduleUrl.protocol === "file:"
-          ? findDenoConfig(dirname(fileURLToPath(moduleUrl)))
-          : undefined);
+      const project = input.config
+        ? ["--config", input.config]
+        : moduleUrl.protocol === "file:"
+        ? denoProjectFlags(dirname(fileURLToPath(moduleUrl)))
+        : [];
       argv = [
         binary,
         "run",
         "--quiet",
         "--no-lock",
         ...denoPermissionFlags(input.permissions, []),
-        ...(config ? ["--config", config] : []),
+        ...project,
         denoMainModule(entry, moduleUrl, input.label),
       ];
     } else {

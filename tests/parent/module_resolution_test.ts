@@ -1,0 +1,64 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { tmpdir } from "node:os";
+import { session } from "../../mod.ts";
+import type project from "../fixtures/project/workers/project_worker.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  fixture,
+  OTHER_RUNTIME,
+  RUNTIME,
+  testOn,
+} from "../_helpers.ts";
+
+checkNoLeaks();
+
+const projectWorker = fixture("project/workers/project_worker.ts");
+
+describe("module resolution", () => {
+  for (const runtime of [RUNTIME, OTHER_RUNTIME]) {
+    test(`session() on ${runtime} resolves the project's npm package and subpath imports, from any cwd`, async () => {
+      await using s = await session<typeof project>(projectWorker, {
+        ...captureLog(),
+        runtime,
+        cwd: tmpdir(),
+      });
+      assert.equal(await s.shout("hi"), "HI! (from #lib)");
+    });
+  }
+
+  testOn(
+    "deno",
+    "session() uses the deno.json import map of the worker's project",
+    async () => {
+      // Typed loosely: the test's own type-check does not see that project's map.
+      await using s = await session(
+        fixture("deno_project/workers/mapped_worker.ts"),
+        { ...captureLog(), cwd: tmpdir() },
+      );
+      assert.equal(await s.call("greet", ["airlock"]), "hello, airlock");
+    },
+  );
+
+  testOn(
+    "deno",
+    "session() config option overrides the discovered config",
+    async () => {
+      const error = await session(
+        fixture("deno_project/workers/mapped_worker.ts"),
+        {
+          ...captureLog(),
+          config: fixture("project/package.json").pathname.replace(
+            "package.json",
+            "../../../deno.json",
+          ),
+        },
+      ).catch((e) => e);
+      assert.ok(
+        error instanceof Error,
+        "the repo's config has no greeting/ map",
+      );
+    },
+  );
+});
