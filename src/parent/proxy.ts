@@ -16,8 +16,6 @@ export type HandlersOf<D> = D extends { readonly handlers: infer H } ? H
 /** The op names of a worker definition type. */
 export type OpOf<D> = keyof HandlersOf<D> & string;
 
-type Fn = (...args: never[]) => unknown;
-
 /** The parameters of a handler (its `this` context is not one). */
 export type ArgsOf<F> = F extends (...args: infer A) => unknown ? A : never;
 
@@ -29,7 +27,9 @@ export type ResultOf<F> = F extends (...args: never[]) => infer R ? Awaited<R>
 export type WorkerApi<D> = unknown extends D
   ? Record<string, (...args: unknown[]) => Promise<unknown>>
   : {
-    readonly [K in OpOf<D>]: HandlersOf<D>[K] extends Fn ? (
+    readonly [K in OpOf<D>]: HandlersOf<D>[K] extends (
+      ...args: never[]
+    ) => unknown ? (
         ...args: ArgsOf<HandlersOf<D>[K]>
       ) => Promise<ResultOf<HandlersOf<D>[K]>>
       : never;
