@@ -503,8 +503,15 @@ export function resolveWorkerOptions(
     );
   }
   const moduleUrl = command ? undefined : resolveModule(module, parentCwd);
+  // With `command`, the module argument (if any) only names the worker.
   const label = command
-    ? basename(command[0] ?? "worker")
+    ? basename(
+      typeof module === "string" && module !== ""
+        ? module
+        : module instanceof URL
+        ? module.pathname
+        : command[command.length - 1] ?? "worker",
+    )
     : basename(moduleUrl?.pathname ?? "worker");
   const onStderr = options.onStderr;
   if (onStderr !== undefined && typeof onStderr !== "function") {

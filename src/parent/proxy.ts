@@ -9,8 +9,12 @@
 import { RESERVED_NAMES } from "../protocol/reserved.ts";
 import type { CallOptions } from "./options.ts";
 
-/** The handlers of a worker definition type (`typeof db`). */
+/**
+ * The handlers of a worker definition type (`typeof db`), or the type itself
+ * when it is a plain interface of methods (for workers in other languages).
+ */
 export type HandlersOf<D> = D extends { readonly handlers: infer H } ? H
+  : D extends object ? D
   : Record<string, (...args: never[]) => unknown>;
 
 /** The op names of a worker definition type. */

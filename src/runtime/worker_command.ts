@@ -7,12 +7,13 @@
  */
 
 import { existsSync, realpathSync } from "node:fs";
-import { delimiter, dirname, join } from "node:path";
+import { basename, delimiter, dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { PermissionError, WorkerStartError } from "../errors.ts";
 import type { RuntimeAdapter, RuntimeName, SpawnRequest } from "./types.ts";
 import { signalName } from "./_signals.ts";
+import { selfExecCommand } from "./self_exec.ts";
 import {
   denoPermissionFlags,
   isGranted,
@@ -142,6 +143,32 @@ export function moduleExists(url: URL): boolean {
   return existsSync(fileURLToPath(url));
 }
 
+/**
+ * Quotes one argument for a POSIX shell: unchanged when it holds only
+ * characters no shell treats specially, else in single quotes (a single
+ * quote inside becomes `'\''`).
+ *
+ * @param arg The argument.
+ * @returns The argument as a shell word.
+ */
+export function shellQuote(arg: string): string {
+  if (/^[A-Za-z0-9_@%+:,./-]+$/.test(arg)) return arg;
+  return `'${arg.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * Whether a launcher hands the worker command to a remote shell as one line
+ * (ssh joins the arguments after the host with spaces), so that each
+ * argument must be quoted. `docker exec`, `kubectl exec` and the like pass
+ * the argv through as it is.
+ *
+ * @param launcher The launcher prefix.
+ * @returns Whether the worker argv is shell-quoted.
+ */
+export function launcherUsesShell(launcher: readonly string[]): boolean {
+  return basename(launcher[0] ?? "") === "ssh";
+}
+
 /** What {@linkcode buildWorkerCommand} needs of the resolved options. */
 export interface WorkerCommandInput {
   /** The user's module, or `undefined` with `command`. */
@@ -263,8 +290,18 @@ export function buildWorkerCommand(
   const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
   let argv: string[];
   let wrapped = false;
+  // A compiled executable (or AIRLOCK_SELF_EXEC=1) starts itself as the worker.
+  const self = input.command
+    ? undefined
+    : selfExecCommand(input, adapter, env, {
+      entry: workerEntryUrl(),
+      projectFlags: denoProjectFlags,
+    });
   if (input.command) {
     argv = [...input.command];
+  } else if (self) {
+    argv = self.argv;
+    wrapped = self.wrapped;
   } else {
     const moduleUrl = input.moduleUrl;
     if (!moduleUrl) throw new TypeError("Cannot build worker: no module");
@@ -291,16 +328,23 @@ export function buildWorkerCommand(
     } else {
       argv = [binary, fileURLToPath(entry), moduleUrl.href];
     }
-    const plan = planSandbox(input, adapter, binary, argv, env);
+    // Through a launcher the sandbox is the remote side's job: bwrap's
+    // mounts would name this machine's paths.
+    const plan = input.launcher.length === 0
+      ? planSandbox(input, adapter, binary, argv, env)
+      : undefined;
     if (plan) {
       argv = plan;
       wrapped = true;
     }
   }
   if (input.launcher.length > 0) {
+    const remote = launcherUsesShell(input.launcher)
+      ? argv.map(shellQuote)
+      : argv;
     return {
       module: input.label,
-      spawn: { argv: [...input.launcher, ...argv], env, cwd: input.cwd },
+      spawn: { argv: [...input.launcher, ...remote], env, cwd: input.cwd },
       local: false,
       mapExit: exitThroughWrapper,
     };
