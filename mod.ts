@@ -99,3 +99,17 @@ export type {
   Permissions,
   PermissionsOption,
 } from "./src/runtime/permissions.ts";
+
+// A program that started itself as a worker (a compiled executable, or
+// AIRLOCK_SELF_EXEC=1) serves the worker module here, and its own main code,
+// which waits for this module, never runs. See docs/operations.md.
+import { detect } from "./src/runtime/detect.ts";
+import { selfExecWorker } from "./src/runtime/self_exec.ts";
+import { runWorker } from "./src/worker/main.ts";
+import { installStdoutGuard } from "./src/worker/stdout_guard.ts";
+
+const selfExec = selfExecWorker();
+if (selfExec) {
+  installStdoutGuard();
+  await runWorker(detect(), selfExec.load, selfExec.label);
+}

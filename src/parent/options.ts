@@ -17,6 +17,7 @@ import {
   resolvePermissions,
 } from "../runtime/permissions.ts";
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
+import { isEmbeddedPath } from "../runtime/self_exec.ts";
 
 /** Default deadline of a call once written to the worker: 5 minutes. */
 export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
@@ -376,6 +377,16 @@ export function resolveModule(module: unknown, cwd: string): URL {
   }
   if (url.protocol === "file:") {
     const path = fileURLToPath(url);
+    if (isEmbeddedPath(path)) {
+      // Inside a `bun build --compile` executable, a bundled `x.ts` is `x.js`.
+      const twin = path.replace(/\.[cm]?tsx?$/, ".js");
+      if (!existsSync(path) && !existsSync(twin)) {
+        throw new TypeError(
+          `Invalid worker module: "${path}" is not embedded in this executable; pass it to bun build --compile as an additional entrypoint`,
+        );
+      }
+      return url;
+    }
     if (!existsSync(path) || !statSync(path).isFile()) {
       throw new TypeError(
         `Invalid worker module: "${path}" does not exist or is not a file`,

@@ -97,19 +97,30 @@ function bunMain(): string {
   return (globalThis as unknown as { Bun: { main: string } }).Bun.main;
 }
 
+/** The runtime, or `undefined` on another one (importing airlock must not throw). */
+function runtime(): RuntimeName | undefined {
+  try {
+    return detectRuntime();
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Reads a variable of this process without a permission prompt: on Deno,
  * only when reading it is already granted.
  */
 function ownEnv(name: string): string | undefined {
-  if (detectRuntime() === "bun") return process.env[name];
+  const current = runtime();
+  if (current === "bun") return process.env[name];
+  if (current === undefined) return undefined;
   try {
-    const runtime = deno();
-    const granted = runtime.permissions.querySync({
+    const host = deno();
+    const granted = host.permissions.querySync({
       name: "env",
       variable: name,
     }).state === "granted";
-    return granted ? runtime.env.get(name) : undefined;
+    return granted ? host.env.get(name) : undefined;
   } catch {
     return undefined;
   }
@@ -117,7 +128,7 @@ function ownEnv(name: string): string | undefined {
 
 function deleteOwnEnv(name: string): void {
   try {
-    if (detectRuntime() === "bun") delete process.env[name];
+    if (runtime() === "bun") delete process.env[name];
     else if (ownEnv(name) !== undefined) deno().env.delete(name);
   } catch {
     // Not permitted: the value stays, and is harmless once entered.
@@ -153,10 +164,9 @@ export function isEmbeddedPath(path: string): boolean {
  * @returns Whether it is compiled.
  */
 export function isCompiled(): boolean {
-  if (detectRuntime() === "bun") {
-    return /\/\$bunfs\/|\/~BUN\//.test(import.meta.url);
-  }
-  return deno().build.standalone === true;
+  const current = runtime();
+  if (current === "bun") return /\/\$bunfs\/|\/~BUN\//.test(import.meta.url);
+  return current === "deno" && deno().build.standalone === true;
 }
 
 /**

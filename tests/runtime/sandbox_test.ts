@@ -676,7 +676,7 @@ describe("findBwrap(), denoCacheMounts() and workerMounts()", () => {
     assert.equal(denoCacheMounts({}), undefined);
   });
 
-  test("workerMounts() finds the module dir, node_modules, linked packages, configs and airlock's code", () => {
+  test("workerMounts() finds the module's project, node_modules, linked packages, configs and airlock's code", () => {
     const proj = join(root, "proj");
     const pkg = join(root, "airlock");
     const linked = join(root, "linked-pkg");
@@ -703,7 +703,7 @@ describe("findBwrap(), denoCacheMounts() and workerMounts()", () => {
       env: { DENO_DIR: join(root, "deno-dir") },
     });
     const expected = [
-      join(proj, "workers", "db"),
+      proj,
       join(proj, "deno.json"),
       join(proj, "package.json"),
       join(proj, "node_modules"),
@@ -714,7 +714,10 @@ describe("findBwrap(), denoCacheMounts() and workerMounts()", () => {
     ];
     assert.deepEqual([...found.readOnly].sort(), [...expected].sort());
     assert.equal(found.denoDir, join(root, "deno-dir"));
-    assert.ok(!found.readOnly.includes(proj), "not the whole project");
+    assert.ok(
+      !found.readOnly.includes(root),
+      "the project, not what is above it",
+    );
     assert.ok(!found.readOnly.includes(join(pkg, "tests")));
 
     mkdirSync(join(root, "deno-dir", "npm"), { recursive: true });
