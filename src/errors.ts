@@ -179,7 +179,7 @@ export function signalHint(signal: string | null): string | undefined {
 function describeExit(exitCode: number | null, signal: string | null): string {
   if (signal) {
     const hint = signalHint(signal);
-    return `killed by ${signal}${hint ? ` (${hint})` : ""}`;
+    return `was killed by ${signal}${hint ? ` (${hint})` : ""}`;
   }
   if (exitCode === null) return "exited";
   return `exited with code ${exitCode}`;
@@ -223,7 +223,7 @@ export class WorkerCrashedError extends AirlockError {
   readonly exitCode: number | null;
   /** The signal name (e.g. `"SIGKILL"`), or `null`. */
   readonly signal: string | null;
-  /** A likely cause for the signal, if there is a usual one. */
+  /** A likely cause for the signal, if there is a usual one (none when airlock stopped the worker itself: see `reason`). */
   readonly hint: string | undefined;
   /** The tail of the worker's stderr (about 8 KiB at most). */
   readonly stderrTail: string;
@@ -240,10 +240,15 @@ export class WorkerCrashedError extends AirlockError {
   constructor(options: WorkerCrashedErrorOptions) {
     const what = options.op ? `Call "${options.op}" failed` : "Worker failed";
     const pid = options.pid === undefined ? "" : ` (pid ${options.pid})`;
+    // When airlock stopped the process itself, the reason says why; the
+    // signal's usual hint (e.g. "killed from outside") would mislead.
     const why = options.reason
-      ? `${options.reason}; it ${
-        describeExit(options.exitCode, options.signal)
-      }`
+      ? `${options.reason} (${
+        options.signal ??
+          (options.exitCode === null
+            ? "exited"
+            : `exit code ${options.exitCode}`)
+      })`
       : describeExit(options.exitCode, options.signal);
     super(
       withTail(
@@ -257,7 +262,7 @@ export class WorkerCrashedError extends AirlockError {
     this.pid = options.pid;
     this.exitCode = options.exitCode;
     this.signal = options.signal;
-    this.hint = signalHint(options.signal);
+    this.hint = options.reason ? undefined : signalHint(options.signal);
     this.stderrTail = options.stderrTail ?? "";
     this.op = options.op;
     this.reason = options.reason;

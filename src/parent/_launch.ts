@@ -72,10 +72,15 @@ function startEvents(module: string): ConnectionEvents {
   };
 }
 
-function isDeterministic(error: unknown): boolean {
-  return error instanceof WorkerStartError &&
-    (error.failure === "import" || error.failure === "definition" ||
-      error.failure === "spawn" || error.failure === "setup");
+/**
+ * Failures a respawn would repeat (and a start that used up its whole
+ * deadline: retrying would multiply the wait the caller asked for).
+ */
+function isFinal(error: unknown): boolean {
+  return error instanceof WorkerTimeoutError ||
+    (error instanceof WorkerStartError &&
+      (error.failure === "import" || error.failure === "definition" ||
+        error.failure === "spawn" || error.failure === "setup"));
 }
 
 /**
@@ -126,17 +131,26 @@ export async function launchWorker(
     try {
       await conn.ready;
       for (const [op, ...args] of options.setup) {
-        const call = createCall(
-          op,
-          args,
-          options.startTimeoutMs,
-          undefined,
-          false,
-        );
+        // Setup shares the start's deadline: startTimeoutMs bounds the whole
+        // start, not each step.
+        const left = options.startTimeoutMs === 0
+          ? 0
+          : Math.max(1, options.startTimeoutMs - (Date.now() - conn.startedAt));
+        const call = createCall(op, args, left, undefined, false);
         conn.send(call);
         try {
           await call.promise;
         } catch (error: unknown) {
+          if (error instanceof WorkerTimeoutError) {
+            throw new WorkerTimeoutError({
+              module: options.label,
+              pid: conn.pid,
+              timeoutMs: options.startTimeoutMs,
+              elapsedMs: Date.now() - conn.startedAt,
+              phase: "start",
+              cause: error,
+            });
+          }
           if (error instanceof RemoteError) {
             throw new WorkerStartError({
               module: options.label,
@@ -180,7 +194,7 @@ export async function launchWorker(
           stderrTail: conn.stderrTail,
           cause: error,
         });
-      if (isDeterministic(lastError)) throw lastError;
+      if (isFinal(lastError)) throw lastError;
     }
   }
   if (attempts === 1) throw lastError;

@@ -134,7 +134,10 @@ export type StaleCause = "watch" | "invalidate";
 function identity(path: string): string {
   try {
     const stat = statSync(path, { throwIfNoEntry: false });
-    return stat ? `${stat.dev}:${stat.ino}` : "-";
+    // The birth time tells a directory recreated with a reused inode number
+    // (common on ext4 after rm -rf + mkdir) from the one it replaced. Not
+    // mtime or ctime: they change whenever the worker writes inside.
+    return stat ? `${stat.dev}:${stat.ino}:${stat.birthtimeMs}` : "-";
   } catch {
     return "?";
   }

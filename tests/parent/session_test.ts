@@ -416,9 +416,10 @@ describe("session() start failures", () => {
       ...captureLog(),
       setup: [["hang"]],
       startTimeoutMs: 300,
-      maxRetries: 0,
     }).then(() => undefined, (e) => e);
     assert.ok(error instanceof WorkerTimeoutError, String(error));
+    assert.equal(error.phase, "start");
+    assert.equal(error.timeoutMs, 300);
   });
 
   test("session() refuses invalid options before anything spawns", async () => {
