@@ -99,6 +99,7 @@ export type {
   Permissions,
   PermissionsOption,
 } from "./src/runtime/permissions.ts";
+export { type CustomType, registerType } from "./src/protocol/codec.ts";
 
 // A program that started itself as a worker (a compiled executable, or
 // AIRLOCK_SELF_EXEC=1) serves the worker module here, and its own main code,

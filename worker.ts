@@ -35,3 +35,4 @@ export {
   RESERVED_NAMES,
   type WorkerDefinition,
 } from "./src/worker/define_worker.ts";
+export { type CustomType, registerType } from "./src/protocol/codec.ts";
