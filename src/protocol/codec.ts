@@ -487,7 +487,7 @@ export interface CustomType<T, D> {
   /** A name unique in the process, the same on both sides. */
   name: string;
   /** Whether a value is an instance (usually `value instanceof Class`). */
-  is(value: unknown): value is T;
+  is(value: unknown): boolean;
   /** The instance as data that can cross (plain objects, arrays, built-ins). */
   encode(value: T): D;
   /** The instance rebuilt from that data. */
