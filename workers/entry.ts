@@ -2,14 +2,17 @@
  * The program a worker process runs. Deno workers run a generated `data:`
  * main module that calls {@linkcode runEntry} with an analysable dynamic
  * import of the user's module (no read permission needed); Bun workers run
- * this file as `entry.ts <module URL>`.
+ * this file as `entry.ts <module URL> [--parent-watchdog]`.
  *
  * @module
  */
 
 import { installStdoutGuard } from "../src/worker/stdout_guard.ts";
 import { detect } from "../src/runtime/detect.ts";
-import { runWorker } from "../src/worker/main.ts";
+import { runWorker, type RunWorkerOptions } from "../src/worker/main.ts";
+
+/** The flag that starts the parent-death watchdog (`entry.ts <module URL> --parent-watchdog`). */
+export const PARENT_WATCHDOG_FLAG = "--parent-watchdog";
 
 /**
  * Moves console output off stdout, loads the user's module and serves its
@@ -17,24 +20,29 @@ import { runWorker } from "../src/worker/main.ts";
  *
  * @param load Imports the user's module.
  * @param label The module's display name.
+ * @param options Whether to start the parent-death watchdog (for workers
+ *   the parent could not wrap in a parent-death signal).
  * @returns Never: the process exits.
  */
 export function runEntry(
   load: () => Promise<unknown>,
   label: string,
+  options: RunWorkerOptions = {},
 ): Promise<never> {
   installStdoutGuard();
-  return runWorker(detect(), load, label);
+  return runWorker(detect(), load, label, options);
 }
 
 if (import.meta.main) {
   const adapter = detect();
-  const specifier = adapter.args()[0] ?? "";
+  const [specifier = "", ...flags] = adapter.args();
   if (specifier === "") {
     adapter.writeStderr(
-      "airlock worker: missing the worker module URL (usage: entry.ts <module URL>)\n",
+      `airlock worker: missing the worker module URL (usage: entry.ts <module URL> [${PARENT_WATCHDOG_FLAG}])\n`,
     );
     adapter.exit(2);
   }
-  await runEntry(() => import(specifier), specifier);
+  await runEntry(() => import(specifier), specifier, {
+    parentWatchdog: flags.includes(PARENT_WATCHDOG_FLAG),
+  });
 }

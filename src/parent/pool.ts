@@ -277,6 +277,8 @@ class PoolCore {
   #closing: Promise<void> | undefined;
   #forced = false;
   #drainWaiters: (() => void)[] = [];
+  /** Ops the workers declare idempotent (`defineWorker`), from their hellos. */
+  #declaredIdempotent = new Set<string>();
   #stats = {
     completed: 0,
     failed: 0,
@@ -329,6 +331,9 @@ class PoolCore {
         idleTimer: undefined,
       };
       holder.worker = worker;
+      for (const op of conn.hello?.idempotent ?? []) {
+        this.#declaredIdempotent.add(op);
+      }
       this.#workers.add(worker);
       conn.closed.then((exit) => this.#onExit(worker, exit));
       if (this.#closing && this.#queue.length === 0) {
@@ -368,8 +373,10 @@ class PoolCore {
     for (const record of calls) {
       const call = record as PendingCall;
       if (call.settled) continue;
+      const idempotent = call.idempotent ||
+        this.#declaredIdempotent.has(call.op);
       if (
-        call.idempotent && call.attempts <= this.options.maxRetries &&
+        idempotent && call.attempts <= this.options.maxRetries &&
         !this.#forced
       ) {
         retry.push(call);

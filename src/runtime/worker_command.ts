@@ -103,13 +103,19 @@ export function findExecutable(
  * @param entry The entry's URL.
  * @param module The user's module URL.
  * @param label The module's display name.
+ * @param parentWatchdog Whether the worker starts its parent-death watchdog.
  * @returns A `data:` URL.
  */
-export function denoMainModule(entry: URL, module: URL, label: string): string {
+export function denoMainModule(
+  entry: URL,
+  module: URL,
+  label: string,
+  parentWatchdog = false,
+): string {
   const source = `import { runEntry } from ${JSON.stringify(entry.href)};\n` +
     `await runEntry(() => import(${JSON.stringify(module.href)}), ${
       JSON.stringify(label)
-    });\n`;
+    }${parentWatchdog ? ", { parentWatchdog: true }" : ""});\n`;
   return `data:application/typescript,${encodeURIComponent(source)}`;
 }
 
@@ -262,6 +268,8 @@ function denoDir(adapter: RuntimeAdapter): string | undefined {
 let setprivPath: string | null | undefined;
 
 function setpriv(adapter: RuntimeAdapter): string | undefined {
+  // Test-only: run as on a system without setpriv (the watchdog takes over).
+  if (adapter.env("AIRLOCK_NO_PDEATHSIG") === "1") return undefined;
   if (setprivPath === undefined) {
     setprivPath = process.platform === "linux"
       ? findExecutable("setpriv", adapter.env("PATH") ?? "/usr/bin:/bin", []) ??
@@ -290,6 +298,8 @@ export function buildWorkerCommand(
   const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
   let argv: string[];
   let wrapped = false;
+  // Without a parent-death signal the worker watches its parent itself.
+  const parentWatchdog = input.launcher.length > 0 || !setpriv(adapter);
   // A compiled executable (or AIRLOCK_SELF_EXEC=1) starts itself as the worker.
   const self = input.command
     ? undefined
@@ -323,10 +333,11 @@ export function buildWorkerCommand(
         "--no-lock",
         ...denoPermissionFlags(input.permissions, []),
         ...project,
-        denoMainModule(entry, moduleUrl, input.label),
+        denoMainModule(entry, moduleUrl, input.label, parentWatchdog),
       ];
     } else {
       argv = [binary, fileURLToPath(entry), moduleUrl.href];
+      if (parentWatchdog) argv.push("--parent-watchdog");
     }
     // Through a launcher the sandbox is the remote side's job: bwrap's
     // mounts would name this machine's paths.

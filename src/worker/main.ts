@@ -11,6 +11,18 @@ import { CONTROL_ID } from "../protocol/messages.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import { isWorkerDefinition } from "./define_worker.ts";
 import { serve } from "./serve.ts";
+import { startParentWatchdog } from "./watchdog.ts";
+
+/** Options of {@linkcode runWorker}. */
+export interface RunWorkerOptions {
+  /**
+   * Start the parent-death watchdog thread (see `watchdog.ts`): for workers
+   * the parent could not wrap in a parent-death signal.
+   *
+   * @default {false}
+   */
+  parentWatchdog?: boolean;
+}
 
 async function fatal(
   adapter: RuntimeAdapter,
@@ -37,13 +49,27 @@ async function fatal(
  * @param adapter The runtime's adapter.
  * @param load Imports the user's module (a dynamic `import()`, or a bundled module).
  * @param label The module's name, for messages.
+ * @param options Whether to start the parent-death watchdog.
  * @returns Never: the process exits.
  */
 export async function runWorker(
   adapter: RuntimeAdapter,
   load: () => Promise<unknown>,
   label: string,
+  options: RunWorkerOptions = {},
 ): Promise<never> {
+  if (options.parentWatchdog) {
+    // Before the import: a module may block at import time too.
+    try {
+      startParentWatchdog(adapter.ppid());
+    } catch (error: unknown) {
+      adapter.writeStderr(
+        `airlock worker: cannot start the parent-death watchdog: ${
+          error instanceof Error ? error.message : String(error)
+        }\n`,
+      );
+    }
+  }
   let namespace: unknown;
   try {
     namespace = await load();

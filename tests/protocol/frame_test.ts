@@ -1,0 +1,324 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { ProtocolError } from "../../src/errors.ts";
+import {
+  DEFAULT_MAX_FRAME_BYTES,
+  type Frame,
+  FRAME_HEADER_BYTES,
+  FRAME_MAGIC,
+  FrameReader,
+  MAX_FRAME_BYTES_LIMIT,
+  writeFrameHeader,
+} from "../../src/protocol/frame.ts";
+import {
+  decodeMessage,
+  encodeMessage,
+  type Message,
+} from "../../src/protocol/messages.ts";
+import {
+  concat,
+  defuse,
+  difference,
+  frameBytes,
+  header,
+  messageArb,
+  noiseArb,
+  split,
+  valueArb,
+} from "../reliability/_arbitraries.ts";
+import {
+  allocatedBytes,
+  allocationLimit,
+  fuzzTargets,
+  readStream,
+} from "../reliability/_fuzz.ts";
+
+function assertSame(actual: unknown, expected: unknown): void {
+  const d = difference(actual, expected);
+  if (d !== undefined) assert.fail(d);
+}
+
+function decodeAll(frames: readonly Frame[]): Message[] {
+  return frames.map((frame) => decodeMessage(frame));
+}
+
+const thresholdArb = fc.oneof(fc.constant(undefined), fc.nat({ max: 16 }));
+const cutsArb = fc.array(fc.nat(), { maxLength: 16 });
+
+describe("FrameReader round trips", () => {
+  test("FrameReader gives back every supported value exactly when the stream is split at random points", () => {
+    fc.assert(
+      fc.property(
+        fc.array(valueArb, { minLength: 1, maxLength: 4 }),
+        thresholdArb,
+        cutsArb,
+        (values, threshold, cuts) => {
+          const messages: Message[] = values.map((value, i) => ({
+            type: "result",
+            id: i + 1,
+            value,
+          }));
+          const stream = concat(messages.map((m) => frameBytes(m, threshold)));
+          const outcome = readStream(
+            split(stream, cuts),
+            DEFAULT_MAX_FRAME_BYTES,
+          );
+          assert.equal(outcome.error, undefined);
+          assert.deepEqual(outcome.end, {});
+          assert.equal(outcome.stray.byteLength, 0);
+          assertSame(decodeAll(outcome.frames), messages);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  test("FrameReader gives back every message type exactly, attachments included", () => {
+    fc.assert(
+      fc.property(
+        fc.array(messageArb, { minLength: 1, maxLength: 4 }),
+        thresholdArb,
+        cutsArb,
+        (messages, threshold, cuts) => {
+          const stream = concat(messages.map((m) => frameBytes(m, threshold)));
+          const outcome = readStream(
+            split(stream, cuts),
+            DEFAULT_MAX_FRAME_BYTES,
+          );
+          assert.equal(outcome.error, undefined);
+          assertSame(decodeAll(outcome.frames), messages);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
+  test("FrameReader assembles frames over 64 KiB from random pieces, holding no more than the frame", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 64 * 1024 - 64, max: 400 * 1024 }),
+        fc.array(fc.nat(), { maxLength: 40 }),
+        fc.boolean(),
+        (size, cuts, attach) => {
+          const bytes = new Uint8Array(size);
+          for (let i = 0; i < size; i += 97) bytes[i] = i & 0xff;
+          const messages: Message[] = [
+            { type: "result", id: 1, value: { bytes, tail: "after" } },
+            { type: "cancel", id: 2 },
+          ];
+          const stream = concat(
+            messages.map((m) => frameBytes(m, attach ? 0 : 1 << 30)),
+          );
+          const outcome = readStream(
+            split(stream, cuts.map((cut) => cut % stream.byteLength)),
+            DEFAULT_MAX_FRAME_BYTES,
+          );
+          assert.equal(outcome.error, undefined);
+          assertSame(decodeAll(outcome.frames), messages);
+        },
+      ),
+      { numRuns: 25 },
+    );
+  });
+
+  test("FrameReader recovers every whole frame around stray output, and hands on every stray byte in order", () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.oneof(
+            messageArb.map((message) => ({ message })),
+            noiseArb.map((noise) => ({ noise })),
+          ),
+          { maxLength: 8 },
+        ),
+        cutsArb,
+        (generated, cuts) => {
+          // Noise next to noise could join into a magic: merge and defuse it.
+          const segments: ({ message: Message } | { noise: Uint8Array })[] = [];
+          for (const segment of generated) {
+            const last = segments.at(-1);
+            if ("noise" in segment && last && "noise" in last) {
+              last.noise = defuse(concat([last.noise, segment.noise]));
+            } else {
+              segments.push(segment);
+            }
+          }
+          const stream = concat(
+            segments.map((s) =>
+              "message" in s ? frameBytes(s.message) : s.noise
+            ),
+          );
+          const outcome = readStream(
+            split(stream, cuts),
+            DEFAULT_MAX_FRAME_BYTES,
+          );
+          assert.equal(outcome.error, undefined);
+          assert.deepEqual(outcome.end, {});
+          const messages = segments.flatMap((s) =>
+            "message" in s ? [s.message] : []
+          );
+          assertSame(decodeAll(outcome.frames), messages);
+          const noise = concat(
+            segments.flatMap((s) => "noise" in s ? [s.noise] : []),
+          );
+          assert.deepEqual(outcome.stray, noise);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe("FrameReader on hostile input", () => {
+  test("FrameReader rejects a length of 0xFFFFFFFF before it allocates anything", () => {
+    for (const max of [DEFAULT_MAX_FRAME_BYTES, 1024]) {
+      const claim = header({
+        version: 1,
+        reserved: 0,
+        payload: 0xffffffff,
+        head: 0,
+      });
+      const before = allocatedBytes();
+      const outcome = readStream([claim, new Uint8Array(64)], max, true);
+      assert.ok(outcome.error instanceof ProtocolError);
+      assert.match(
+        outcome.error.message,
+        /length 4294967295 exceeds maxFrameBytes/,
+      );
+      assert.ok(allocatedBytes() - before < allocationLimit(max));
+    }
+  });
+
+  test("FrameReader rejects a claimed length above maxFrameBytes even when it arrives one byte at a time", () => {
+    const claim = header({ version: 1, reserved: 0, payload: 4097, head: 1 });
+    const reader = new FrameReader({
+      maxFrameBytes: 4096,
+      onFrame: () => assert.fail("no frame"),
+      onStray: () => assert.fail("no stray bytes"),
+    });
+    for (let i = 0; i < FRAME_HEADER_BYTES - 1; i++) {
+      reader.push(claim.subarray(i, i + 1));
+      assert.equal(reader.bufferedBytes, i + 1);
+    }
+    assert.throws(
+      () => reader.push(claim.subarray(FRAME_HEADER_BYTES - 1)),
+      (error: unknown) =>
+        error instanceof ProtocolError &&
+        /length 4097 exceeds maxFrameBytes 4096/.test(error.message),
+    );
+    assert.equal(reader.bufferedBytes, 0);
+  });
+
+  test("FrameReader rejects a bad version, reserved bytes or head length, and refuses input after", () => {
+    const cases: [Parameters<typeof header>[0], RegExp][] = [
+      [{ version: 2, reserved: 0, payload: 1, head: 1 }, /protocol version 2/],
+      [{ version: 0, reserved: 0, payload: 1, head: 1 }, /protocol version 0/],
+      [{ version: 1, reserved: 1, payload: 1, head: 1 }, /reserved/],
+      [{ version: 1, reserved: 0x10000, payload: 1, head: 1 }, /reserved/],
+      [{ version: 1, reserved: 0, payload: 4, head: 5 }, /head length 5/],
+    ];
+    for (const [fields, pattern] of cases) {
+      const outcome = readStream(
+        [header(fields), new Uint8Array(8)],
+        DEFAULT_MAX_FRAME_BYTES,
+      );
+      assert.ok(outcome.error instanceof ProtocolError, JSON.stringify(fields));
+      assert.match(outcome.error.message, pattern);
+      assert.equal(outcome.frames.length, 0);
+    }
+  });
+
+  test("FrameReader reports a frame cut short by end-of-file, after every whole frame before it", () => {
+    fc.assert(
+      fc.property(
+        fc.array(messageArb, { maxLength: 3 }),
+        messageArb,
+        fc.nat(),
+        cutsArb,
+        (whole, last, at, cuts) => {
+          const cutFrame = frameBytes(last);
+          const keep = 4 + (at % (cutFrame.byteLength - 4));
+          const stream = concat([
+            ...whole.map((m) => frameBytes(m)),
+            cutFrame.subarray(0, keep),
+          ]);
+          const outcome = readStream(
+            split(stream, cuts),
+            DEFAULT_MAX_FRAME_BYTES,
+          );
+          assert.equal(outcome.error, undefined);
+          assertSame(decodeAll(outcome.frames), whole);
+          const truncated = outcome.end?.truncated;
+          assert.ok(truncated, "truncation reported");
+          if (keep >= FRAME_HEADER_BYTES) {
+            assert.equal(truncated.expectedBytes, cutFrame.byteLength - 16);
+            assert.equal(truncated.receivedBytes, keep - 16);
+          } else {
+            assert.equal(truncated.expectedBytes, FRAME_HEADER_BYTES);
+            assert.equal(truncated.receivedBytes, keep);
+          }
+          assert.equal(outcome.stray.byteLength, 0);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
+  test("FrameReader treats a partial magic at end-of-file as stray output", () => {
+    for (const size of [1, 2, 3]) {
+      const outcome = readStream(
+        [FRAME_MAGIC.subarray(0, size)],
+        DEFAULT_MAX_FRAME_BYTES,
+      );
+      assert.deepEqual(outcome.end, {});
+      assert.deepEqual(outcome.stray, FRAME_MAGIC.slice(0, size));
+    }
+  });
+
+  test("FrameReader emits an empty frame, which decodeMessage rejects", () => {
+    const outcome = readStream(
+      [header({ version: 1, reserved: 0, payload: 0, head: 0 })],
+      DEFAULT_MAX_FRAME_BYTES,
+    );
+    assert.equal(outcome.frames.length, 1);
+    assert.throws(
+      () => decodeMessage(outcome.frames[0]!),
+      ProtocolError,
+    );
+  });
+
+  test("writeFrameHeader() refuses a payload the header cannot express", () => {
+    assert.throws(
+      () => writeFrameHeader(new Uint8Array(16), MAX_FRAME_BYTES_LIMIT, 1),
+      RangeError,
+    );
+    const target = new Uint8Array(16);
+    writeFrameHeader(target, 3, MAX_FRAME_BYTES_LIMIT - 3);
+    assert.deepEqual(
+      target,
+      header({ version: 1, reserved: 0, payload: 0xffffffff, head: 3 }),
+    );
+  });
+
+  test("encodeMessage() frames carry the magic, version 1 and exact lengths", () => {
+    const chunks = encodeMessage({ type: "cancel", id: 7 });
+    const bytes = concat(chunks);
+    assert.deepEqual(
+      bytes.subarray(0, 8),
+      new Uint8Array([0x89, 0x41, 0x4c, 0x4b, 1, 0, 0, 0]),
+    );
+    const view = new DataView(bytes.buffer, bytes.byteOffset);
+    assert.equal(view.getUint32(8), bytes.byteLength - 16);
+    assert.equal(view.getUint32(12), bytes.byteLength - 16);
+  });
+});
+
+describe("frame reader fuzz (CI size; deno task fuzz runs 100,000 cases)", () => {
+  for (const target of fuzzTargets()) {
+    if (!target.name.startsWith("frame reader")) continue;
+    test(`fuzz: ${target.name}`, () => {
+      fc.assert(target.property, { numRuns: 400 * target.weight });
+    });
+  }
+});

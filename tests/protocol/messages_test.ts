@@ -1,0 +1,194 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { ProtocolError } from "../../src/errors.ts";
+import { encodeValue } from "../../src/protocol/codec.ts";
+import {
+  decodeMessage,
+  encodeMessage,
+  type Message,
+} from "../../src/protocol/messages.ts";
+import { FRAME_HEADER_BYTES } from "../../src/protocol/frame.ts";
+import { concat, difference, messageArb } from "../reliability/_arbitraries.ts";
+import { checkMessage, fuzzTargets } from "../reliability/_fuzz.ts";
+
+/** Decodes a head that holds `value`, as a frame would carry it. */
+function decodeRecord(value: unknown): Message {
+  const encoded = encodeValue(value);
+  return decodeMessage({
+    head: encoded.head,
+    area: concat(encoded.attachments),
+  });
+}
+
+function assertRefused(value: unknown, pattern: RegExp): void {
+  assert.throws(() => decodeRecord(value), (error: unknown) => {
+    assert.ok(error instanceof ProtocolError, String(error));
+    assert.match(error.message, pattern);
+    return true;
+  });
+}
+
+function fromFrame(chunks: Uint8Array[]): Message {
+  const bytes = concat(chunks);
+  const view = new DataView(bytes.buffer, bytes.byteOffset);
+  const head = view.getUint32(12);
+  return decodeMessage({
+    head: bytes.subarray(FRAME_HEADER_BYTES, FRAME_HEADER_BYTES + head),
+    area: bytes.subarray(FRAME_HEADER_BYTES + head),
+  });
+}
+
+const HELLO = {
+  type: "hello",
+  id: 0,
+  version: 1,
+  pid: 4242,
+  ops: ["query", "ingest"],
+  runtime: "deno 2.9.6",
+  concurrency: 16,
+  idempotent: ["query"],
+};
+
+describe("encodeMessage() and decodeMessage()", () => {
+  test("decodeMessage() gives back every message encodeMessage() framed, exactly", () => {
+    fc.assert(
+      fc.property(messageArb, (message) => {
+        const back = fromFrame(encodeMessage(message));
+        const d = difference(back, message);
+        if (d !== undefined) assert.fail(d);
+        checkMessage(back);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  test("decodeMessage() reads a hello with only the required fields, filling defaults", () => {
+    assert.deepEqual(
+      decodeRecord({ type: "hello", id: 0, version: 1, pid: 7 }),
+      {
+        type: "hello",
+        id: 0,
+        version: 1,
+        pid: 7,
+        ops: [],
+        runtime: "unknown",
+        concurrency: 1,
+        idempotent: [],
+      },
+    );
+  });
+
+  test("decodeMessage() ignores unknown keys", () => {
+    assert.deepEqual(
+      decodeRecord({ type: "cancel", id: 3, future: { x: 1 } }),
+      { type: "cancel", id: 3 },
+    );
+    assert.deepEqual(
+      decodeRecord({ ...HELLO, extra: [1, 2] }),
+      HELLO,
+    );
+  });
+
+  test("decodeMessage() reads a call without args as a call with none", () => {
+    assert.deepEqual(decodeRecord({ type: "call", id: 1, op: "x" }), {
+      type: "call",
+      id: 1,
+      op: "x",
+      args: [],
+    });
+  });
+
+  test("decodeMessage() turns a fatal message's non-error into an Error", () => {
+    const message = decodeRecord({
+      type: "fatal",
+      id: 0,
+      phase: "definition",
+      error: "no default export",
+    });
+    assert.equal(message.type, "fatal");
+    assert.ok(message.type === "fatal" && message.error instanceof Error);
+    assert.equal(
+      message.type === "fatal" && message.error.message,
+      "no default export",
+    );
+    const unknownPhase = decodeRecord({
+      type: "fatal",
+      id: 0,
+      phase: "elsewhere",
+      error: new TypeError("x"),
+    });
+    assert.equal(unknownPhase.type === "fatal" && unknownPhase.phase, "import");
+  });
+
+  test("encodeMessage() refuses a value that cannot cross, naming where it sits", () => {
+    assert.throws(
+      () =>
+        encodeMessage({
+          type: "call",
+          id: 1,
+          op: "x",
+          args: [1, { onDone: () => 1 }],
+        }),
+      (error: unknown) =>
+        error instanceof TypeError && /args\[1\]\.onDone/.test(error.message),
+    );
+  });
+});
+
+describe("decodeMessage() refusals", () => {
+  test("decodeMessage() refuses a head that is not a map", () => {
+    for (const value of [[], 1, "call", null, new Map([["type", "call"]])]) {
+      assertRefused(value, /not a map/);
+    }
+  });
+
+  test("decodeMessage() refuses an unknown or missing type", () => {
+    assertRefused({ type: "callx", id: 1 }, /unknown type "callx"/);
+    assertRefused({ id: 1 }, /unknown type "undefined"/);
+    assertRefused({ type: 5, id: 1 }, /unknown type "5"/);
+  });
+
+  test("decodeMessage() refuses invalid request ids", () => {
+    for (
+      const id of [-1, 1.5, NaN, Infinity, "1", null, 2 ** 53, 3n, undefined]
+    ) {
+      assertRefused({ type: "result", id, value: 1 }, /invalid id/);
+    }
+    for (const type of ["call", "result", "error", "cancel"]) {
+      assertRefused({ type, id: 0, op: "x" }, /reserved id 0/);
+    }
+    for (const type of ["hello", "fatal", "shutdown", "shutdown-ack"]) {
+      assertRefused({ ...HELLO, type, id: 1 }, /must carry id 0/);
+    }
+  });
+
+  test("decodeMessage() refuses a call without a string op or with args that are not a list", () => {
+    assertRefused({ type: "call", id: 1 }, /no string "op"/);
+    assertRefused({ type: "call", id: 1, op: 5 }, /no string "op"/);
+    assertRefused({ type: "call", id: 1, op: "x", args: { 0: 1 } }, /args/);
+  });
+
+  test("decodeMessage() refuses a hello of another version, with both versions named", () => {
+    assertRefused({ ...HELLO, version: 2 }, /version 2, this parent speaks 1/);
+    assertRefused({ ...HELLO, version: undefined }, /version undefined/);
+  });
+
+  test("decodeMessage() refuses a hello with an invalid pid, concurrency or op lists", () => {
+    assertRefused({ ...HELLO, pid: -1 }, /invalid pid -1/);
+    assertRefused({ ...HELLO, pid: "7" }, /invalid pid 7/);
+    assertRefused({ ...HELLO, concurrency: 0 }, /invalid concurrency 0/);
+    assertRefused({ ...HELLO, concurrency: 1.5 }, /invalid concurrency/);
+    assertRefused({ ...HELLO, ops: ["a", 1] }, /"ops" that is not a list/);
+    assertRefused({ ...HELLO, idempotent: "a" }, /"idempotent"/);
+  });
+});
+
+describe("message decoder fuzz (CI size; deno task fuzz runs 100,000 cases)", () => {
+  for (const target of fuzzTargets()) {
+    if (!target.name.startsWith("message decoder")) continue;
+    test(`fuzz: ${target.name}`, () => {
+      fc.assert(target.property, { numRuns: 300 * target.weight });
+    });
+  }
+});
