@@ -43,7 +43,11 @@ export interface LogCapture {
  */
 export function captureLog(): LogCapture {
   const lines: string[] = [];
-  return { lines, onStderr: (line) => lines.push(line) };
+  const capture = { onStderr: (line: string) => void lines.push(line) };
+  // Not enumerable: `{ ...captureLog() }` spreads into options, which refuse
+  // unknown keys.
+  Object.defineProperty(capture, "lines", { value: lines, enumerable: false });
+  return capture as unknown as LogCapture;
 }
 
 /**

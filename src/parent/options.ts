@@ -459,6 +459,46 @@ function resolveSetup(value: unknown): SetupCall[] {
   });
 }
 
+/** The keys of {@linkcode WorkerOptions}. */
+const COMMON_KEYS: readonly string[] = [
+  "runtime",
+  "permissions",
+  "sandbox",
+  "env",
+  "inheritEnv",
+  "cwd",
+  "config",
+  "callTimeoutMs",
+  "startTimeoutMs",
+  "maxRetries",
+  "setup",
+  "idempotent",
+  "cancelGraceMs",
+  "closeGraceMs",
+  "onStderr",
+  "maxFrameBytes",
+  "command",
+  "launcher",
+];
+
+/**
+ * Refuses option keys the mode does not know: a typo such as
+ * `callTimeOutMs`, or a pool option given to a session, would otherwise be
+ * ignored without a word.
+ */
+function checkKnownKeys(options: object, modeKeys: readonly string[]): void {
+  for (const key of Object.keys(options)) {
+    if (COMMON_KEYS.includes(key) || modeKeys.includes(key)) continue;
+    const known = [...COMMON_KEYS, ...modeKeys];
+    const near = known.find((name) => name.toLowerCase() === key.toLowerCase());
+    throw new TypeError(
+      `Invalid option "${key}": this mode has no such option${
+        near ? ` (did you mean "${near}"?)` : ""
+      }; known options: ${known.join(", ")}`,
+    );
+  }
+}
+
 const RUNTIMES: readonly string[] = ["deno", "bun", "auto"];
 const SANDBOXES: readonly string[] = ["none", "os", "auto"];
 
@@ -476,12 +516,14 @@ export function resolveWorkerOptions(
   module: unknown,
   options: WorkerOptions,
   adapter: RuntimeAdapter,
+  modeKeys: readonly string[] = [],
 ): ResolvedWorkerOptions {
   if (typeof options !== "object" || options === null) {
     throw new TypeError(
       `Invalid options: expected an object, received ${describe(options)}`,
     );
   }
+  checkKnownKeys(options, modeKeys);
   const parentCwd = adapter.cwd();
   const cwd = options.cwd === undefined
     ? parentCwd

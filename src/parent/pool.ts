@@ -674,7 +674,18 @@ export function pool<D = unknown>(
   options: PoolOptions = {},
 ): Pool<D> {
   const adapter = detect();
-  const resolved = resolveWorkerOptions(module, options, adapter);
+  const resolved = resolveWorkerOptions(module, options, adapter, [
+    "watch",
+    "scope",
+    "max",
+    "min",
+    "prewarm",
+    "idleTimeoutMs",
+    "maxTasksPerWorker",
+    "maxRssBytes",
+    "maxQueue",
+    "concurrency",
+  ]);
   const limits = resolvePoolOptions(options);
   const tracker = new StateTracker(
     resolvePaths(options.watch, resolved.cwd, "watch"),

@@ -411,7 +411,10 @@ export async function session<D = unknown>(
   options: SessionOptions = {},
 ): Promise<Session<D>> {
   const adapter = detect();
-  const resolved = resolveWorkerOptions(module, options, adapter);
+  const resolved = resolveWorkerOptions(module, options, adapter, [
+    "watch",
+    "scope",
+  ]);
   const tracker = new StateTracker(
     resolvePaths(options.watch, resolved.cwd, "watch"),
     resolveScopes(options.scope),

@@ -434,6 +434,8 @@ describe("session() start failures", () => {
       [{ env: { A: 1 } }, TypeError],
       [{ setup: [[1]] }, TypeError],
       [{ sandbox: "maybe" }, TypeError],
+      [{ callTimeOutMs: 5 }, TypeError],
+      [{ max: 2 }, TypeError],
     ];
     for (const [options, kind] of cases) {
       const error = await session(worker, options).then(
@@ -444,6 +446,10 @@ describe("session() start failures", () => {
       const name = Object.keys(options)[0]!;
       assert.match(error.message, new RegExp(name));
     }
+    const typo = await session(worker, { callTimeOutMs: 5 } as never).catch((
+      e,
+    ) => e);
+    assert.match(typo.message, /did you mean "callTimeoutMs"/);
     const missing = await session("./does/not/exist.ts").then(
       () => undefined,
       (e) => e,
