@@ -67,6 +67,16 @@ export interface CallRecord {
   reject(error: unknown): void;
 }
 
+/** When a call written to the worker times out. */
+interface Deadline {
+  /** The call. */
+  call: CallRecord;
+  /** When it was written (ms since the epoch). */
+  startedAt: number;
+  /** When it times out (ms since the epoch). */
+  at: number;
+}
+
 /** How a connection ended. */
 export interface ConnectionExit {
   /** The exit code, or `null` when a signal ended it. */
@@ -130,6 +140,52 @@ function timeoutReason(call: CallRecord): string {
   return `killed by airlock because call "${call.op}" (id ${call.id}) timed out twice in a row`;
 }
 
+/** Bytes asked of each read of a worker's stdout. */
+const READ_BYTES = 64 * 1024;
+/** Reads of at most this many bytes are copied out and the buffer reused. */
+const COPY_READ_BYTES = 4 * 1024;
+
+/** Reads a stream chunk by chunk; `undefined` at its end. */
+interface ChunkReader {
+  read(): Promise<Uint8Array | undefined>;
+  cancel(): Promise<void>;
+}
+
+/**
+ * Reads a worker's stdout. Where the stream is a byte stream (Deno), reads
+ * go into one reused buffer, and a small read is copied out: a plain reader
+ * would allocate (and zero) a fresh 64 KiB buffer for every read, which a
+ * round trip of a few dozen bytes pays for in time and garbage. Every chunk
+ * handed out is its own memory, never written again (frames keep views on
+ * it).
+ */
+function stdoutReader(stream: ReadableStream<Uint8Array>): ChunkReader {
+  let byob: ReadableStreamBYOBReader;
+  try {
+    byob = stream.getReader({ mode: "byob" });
+  } catch {
+    const reader = stream.getReader();
+    return {
+      read: () => reader.read().then((result) => result.value),
+      cancel: () => reader.cancel(),
+    };
+  }
+  let buffer = new ArrayBuffer(READ_BYTES);
+  return {
+    async read() {
+      const { value, done } = await byob.read(new Uint8Array(buffer));
+      if (done || value === undefined) return undefined;
+      if (value.byteLength <= COPY_READ_BYTES) {
+        buffer = value.buffer;
+        return value.slice();
+      }
+      buffer = new ArrayBuffer(READ_BYTES);
+      return value;
+    },
+    cancel: () => byob.cancel(),
+  };
+}
+
 /** A live worker process. Create with {@linkcode startConnection}. */
 export class Connection {
   /** The worker module (or command), for messages. */
@@ -147,7 +203,15 @@ export class Connection {
   #child: ChildHandle;
   #hello: HelloMessage | undefined;
   #pending = new Map<number, CallRecord>();
-  #timers = new Map<number, ReturnType<typeof setTimeout>>();
+  /**
+   * Deadlines of the calls written, by id. One shared, unref'd timer serves
+   * them all, armed for the earliest: a timer per call cost ~1.6 µs of CPU
+   * per call on Deno (a quarter of the parent's work at 64 calls in flight).
+   * While calls are pending the child is ref'd, so the timer fires on time.
+   */
+  #timers = new Map<number, Deadline>();
+  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  #deadlineAt = Infinity;
   #cancelling = new Map<number, ReturnType<typeof setTimeout>>();
   #tail = "";
   #killReason: string | undefined;
@@ -250,14 +314,43 @@ export class Connection {
     this.#child.write(call.chunks).then(() => {
       if (call.timeoutMs > 0 && this.#pending.get(call.id) === call) {
         const startedAt = Date.now();
-        this.#timers.set(
-          call.id,
-          setTimeout(() => this.#timeout(call, startedAt), call.timeoutMs),
-        );
+        const at = startedAt + call.timeoutMs;
+        this.#timers.set(call.id, { call, startedAt, at });
+        if (at < this.#deadlineAt) this.#armDeadline(at);
       }
     }, () => {
       // The pipe broke: the exit handler reports the call as lost.
     });
+  }
+
+  #armDeadline(at: number): void {
+    if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
+    this.#deadlineAt = at;
+    const timer = setTimeout(
+      () => this.#onDeadline(),
+      Math.max(0, at - Date.now()),
+    );
+    (timer as { unref?: () => void }).unref?.();
+    this.#deadlineTimer = timer;
+  }
+
+  #onDeadline(): void {
+    this.#deadlineTimer = undefined;
+    this.#deadlineAt = Infinity;
+    const now = Date.now();
+    const due: Deadline[] = [];
+    let next = Infinity;
+    for (const deadline of this.#timers.values()) {
+      if (deadline.at <= now) due.push(deadline);
+      else if (deadline.at < next) next = deadline.at;
+    }
+    due.sort((a, b) => a.at - b.at);
+    for (const deadline of due) {
+      this.#timeout(deadline.call, deadline.startedAt);
+    }
+    if (next < this.#deadlineAt && this.#exit === undefined) {
+      this.#armDeadline(next);
+    }
   }
 
   #timeout(call: CallRecord, startedAt: number): void {
@@ -324,11 +417,8 @@ export class Connection {
   }
 
   #clearTimer(id: number): void {
-    const timer = this.#timers.get(id);
-    if (timer !== undefined) {
-      clearTimeout(timer);
-      this.#timers.delete(id);
-    }
+    // The shared timer stays armed; when it fires it finds nothing due.
+    this.#timers.delete(id);
   }
 
   /**
@@ -439,12 +529,12 @@ export class Connection {
         }
       },
     });
-    const reader = this.#child.stdout.getReader();
+    const reader = stdoutReader(this.#child.stdout);
     this.#stdoutReader = reader;
     try {
       while (true) {
-        const { value, done } = await reader.read();
-        if (done) break;
+        const value = await reader.read();
+        if (value === undefined) break;
         frames.push(value);
       }
       this.#truncated = frames.end().truncated;
@@ -466,7 +556,7 @@ export class Connection {
     }
   }
 
-  #stdoutReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  #stdoutReader: ChunkReader | undefined;
   #stdoutCancelled = false;
 
   async #pumpStderr(): Promise<void> {
@@ -580,7 +670,8 @@ export class Connection {
       protocolError: this.#protocolError,
     };
     this.#exit = exit;
-    for (const timer of this.#timers.values()) clearTimeout(timer);
+    if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
+    this.#deadlineTimer = undefined;
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
     this.#timers.clear();
     this.#cancelling.clear();

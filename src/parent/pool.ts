@@ -690,6 +690,7 @@ export function pool<D = unknown>(
   const tracker = new StateTracker(
     resolvePaths(options.watch, resolved.cwd, "watch"),
     resolveScopes(options.scope),
+    (path) => adapter.pathIdentity(path),
   );
   const core = new PoolCore(resolved, limits, adapter, tracker);
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>

@@ -418,6 +418,7 @@ export async function session<D = unknown>(
   const tracker = new StateTracker(
     resolvePaths(options.watch, resolved.cwd, "watch"),
     resolveScopes(options.scope),
+    (path) => adapter.pathIdentity(path),
   );
   const core = new SessionCore(resolved, adapter, tracker);
   await core.start();

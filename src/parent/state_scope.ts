@@ -7,7 +7,6 @@
  * @module
  */
 
-import { statSync } from "node:fs";
 import { isAbsolute, resolve as resolvePath } from "node:path";
 import { fileURLToPath } from "node:url";
 import { detect } from "../runtime/detect.ts";
@@ -131,22 +130,11 @@ export interface StateStamp {
 /** Why a worker is stale. */
 export type StaleCause = "watch" | "invalidate";
 
-function identity(path: string): string {
-  try {
-    const stat = statSync(path, { throwIfNoEntry: false });
-    // The birth time tells a directory recreated with a reused inode number
-    // (common on ext4 after rm -rf + mkdir) from the one it replaced. Not
-    // mtime or ctime: they change whenever the worker writes inside.
-    return stat ? `${stat.dev}:${stat.ino}:${stat.birthtimeMs}` : "-";
-  } catch {
-    return "?";
-  }
-}
-
 /** Tracks the state workers depend on, for one session or pool. */
 export class StateTracker {
   readonly #paths: readonly string[];
   readonly #scopes: readonly StateScope[];
+  readonly #identity: (path: string) => string;
   #own = 0;
 
   /**
@@ -155,7 +143,12 @@ export class StateTracker {
    * @param watch Watched paths (absolute).
    * @param scopes Scopes the session or pool is bound to.
    */
-  constructor(watch: readonly string[], scopes: readonly StateScope[]) {
+  constructor(
+    watch: readonly string[],
+    scopes: readonly StateScope[],
+    identity: (path: string) => string,
+  ) {
+    this.#identity = identity;
     const paths = new Set(watch);
     for (const scope of scopes) for (const path of scope.paths) paths.add(path);
     this.#paths = [...paths];
@@ -174,6 +167,7 @@ export class StateTracker {
   }
 
   #identities(): string {
+    const identity = this.#identity;
     if (this.#paths.length === 1) return identity(this.#paths[0] as string);
     let out = "";
     for (const path of this.#paths) out += `${identity(path)}|`;

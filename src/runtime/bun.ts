@@ -6,8 +6,6 @@
  * @module
  */
 
-import { writeSync } from "node:fs";
-import process from "node:process";
 import type {
   ChildHandle,
   ExitStatus,
@@ -57,22 +55,91 @@ function bun(): BunGlobal {
   return (globalThis as unknown as { Bun: BunGlobal }).Bun;
 }
 
+interface BunProcess {
+  readonly execPath: string;
+  readonly pid: number;
+  readonly ppid: number;
+  readonly argv: string[];
+  readonly env: Record<string, string | undefined>;
+  cwd(): string;
+  exit(code: number): never;
+  kill(pid: number, signal: string): void;
+  on(event: "exit", listener: () => void): void;
+}
+
+/**
+ * Bun's `process` global. Read only when running on Bun: this file is also
+ * loaded on Deno, where a static `node:` import (or touching `process`)
+ * starts Node compatibility, which costs ~15 ms of start and ~10 MiB.
+ */
+function proc(): BunProcess {
+  return (globalThis as unknown as { process: BunProcess }).process;
+}
+
+/**
+ * Bun's synchronous `node:fs` `writeSync`, loaded on first use: `node:fs`
+ * costs a Bun process ~4 MiB of memory, so a worker that never reports on
+ * stderr this way never loads it.
+ */
+function writeSync(fd: number, text: string): void {
+  const meta = import.meta as unknown as {
+    require(id: "node:fs"): { writeSync(fd: number, text: string): number };
+  };
+  meta.require("node:fs").writeSync(fd, text);
+}
+
+interface StatLike {
+  dev: number;
+  ino: number;
+  birthtimeMs: number;
+}
+
+/** Bun's `node:fs` `statSync`, loaded on first use (parent side only). */
+function statSync(
+  path: string,
+  options: { throwIfNoEntry: false },
+): StatLike | undefined {
+  const meta = import.meta as unknown as {
+    require(id: "node:fs"): {
+      statSync(
+        path: string,
+        options: { throwIfNoEntry: false },
+      ): StatLike | undefined;
+    };
+  };
+  return meta.require("node:fs").statSync(path, options);
+}
+
 /** Largest slice handed to a Bun file sink before flushing. */
 const SLICE_BYTES = 1024 * 1024;
+
+/**
+ * Writes one chunk to a Bun file sink completely, slice by slice. A chunk
+ * of one slice whose flush completes at once (the pipe had room) returns
+ * nothing: no promise, no async function.
+ */
+function writeToSink(
+  sink: BunFileSink,
+  chunk: Uint8Array,
+): Promise<void> | void {
+  if (chunk.byteLength <= SLICE_BYTES) {
+    sink.write(chunk);
+    const flushed = sink.flush();
+    if (typeof flushed === "number") return;
+    return flushed.then(() => {});
+  }
+  return (async () => {
+    for (let offset = 0; offset < chunk.byteLength; offset += SLICE_BYTES) {
+      sink.write(chunk.subarray(offset, offset + SLICE_BYTES));
+      await sink.flush();
+    }
+  })();
+}
 
 function sinkWriter(
   sink: BunFileSink,
 ): (chunks: readonly Uint8Array[]) => Promise<void> {
-  return serialWriter(async (chunk) => {
-    for (let offset = 0; offset < chunk.byteLength; offset += SLICE_BYTES) {
-      sink.write(
-        chunk.byteLength <= SLICE_BYTES
-          ? chunk
-          : chunk.subarray(offset, offset + SLICE_BYTES),
-      );
-      await sink.flush();
-    }
-  });
+  return serialWriter((chunk) => writeToSink(sink, chunk));
 }
 
 function spawnBun(request: SpawnRequest): ChildHandle {
@@ -93,6 +160,7 @@ function spawnBun(request: SpawnRequest): ChildHandle {
     () => ({ code: null, signal: null }),
   );
   let stdinOpen = true;
+  let referenced = true;
   const write = sinkWriter(child.stdin);
   return {
     pid,
@@ -112,7 +180,7 @@ function spawnBun(request: SpawnRequest): ChildHandle {
     },
     kill(signal) {
       try {
-        process.kill(-pid, signal);
+        proc().kill(-pid, signal);
       } catch {
         try {
           child.kill(signal);
@@ -122,6 +190,9 @@ function spawnBun(request: SpawnRequest): ChildHandle {
       }
     },
     setRef(ref) {
+      // Called on every send and answer: only a change reaches the runtime.
+      if (ref === referenced) return;
+      referenced = ref;
       if (ref) child.ref();
       else child.unref();
     },
@@ -141,15 +212,15 @@ export const bunAdapter: RuntimeAdapter = {
   get version(): string {
     return bun().version;
   },
-  execPath: () => process.execPath,
-  pid: () => process.pid,
-  args: () => process.argv.slice(2),
-  ppid: () => process.ppid,
-  cwd: () => process.cwd(),
-  env: (name) => process.env[name],
+  execPath: () => proc().execPath,
+  pid: () => proc().pid,
+  args: () => proc().argv.slice(2),
+  ppid: () => proc().ppid,
+  cwd: () => proc().cwd(),
+  env: (name) => proc().env[name],
   environment() {
     const env: Record<string, string> = {};
-    for (const [name, value] of Object.entries(process.env)) {
+    for (const [name, value] of Object.entries(proc().env)) {
       if (value !== undefined) env[name] = value;
     }
     return env;
@@ -163,13 +234,21 @@ export const bunAdapter: RuntimeAdapter = {
       // stderr closed: nowhere left to report.
     }
   },
-  exit: (code) => process.exit(code),
+  exit: (code) => proc().exit(code),
   onExit(callback) {
-    process.on("exit", callback);
+    proc().on("exit", callback);
+  },
+  pathIdentity(path) {
+    try {
+      const stat = statSync(path, { throwIfNoEntry: false });
+      return stat ? `${stat.dev}:${stat.ino}:${stat.birthtimeMs}` : "-";
+    } catch {
+      return "?";
+    }
   },
   signal(pid, signal) {
     try {
-      process.kill(pid, signal);
+      proc().kill(pid, signal);
       return true;
     } catch {
       return false;

@@ -88,6 +88,11 @@ export interface RuntimeAdapter {
   exit(code: number): never;
   /** Runs `callback` synchronously when this process exits normally. */
   onExit(callback: () => void): void;
+  /**
+   * The identity of a path for stale-state checks: device, inode and birth
+   * time, `"-"` when it does not exist, `"?"` when it cannot be read.
+   */
+  pathIdentity(path: string): string;
   /** Sends a signal to a pid (negative: a process group). Never throws; returns whether it was delivered. */
   signal(pid: number, signal: "SIGTERM" | "SIGKILL"): boolean;
 }

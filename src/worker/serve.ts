@@ -65,7 +65,15 @@ export async function serve(
   >;
   const ops = Object.keys(handlers);
   const concurrency = definition.concurrency;
-  const running = new Map<number, AbortController>();
+  /**
+   * The calls running, with their abort controllers. A controller is made
+   * when the handler first reads `this.signal` or a cancel arrives: most
+   * handlers never look, and one costs ~0.2 µs per call on Bun.
+   */
+  const running = new Map<
+    number,
+    { controller: AbortController | undefined }
+  >();
   const waiting: CallMessage[] = [];
   let shuttingDown = false;
   let onDrained: (() => void) | undefined;
@@ -92,15 +100,19 @@ export async function serve(
   };
 
   const run = async (call: CallMessage): Promise<void> => {
-    const controller = new AbortController();
-    running.set(call.id, controller);
+    const state: { controller: AbortController | undefined } = {
+      controller: undefined,
+    };
+    running.set(call.id, state);
     try {
       const handler = handlers[call.op];
       if (!handler || !Object.hasOwn(handlers, call.op)) {
         throw unknownOpError(call.op, ops);
       }
       const context: CallContext = {
-        signal: controller.signal,
+        get signal(): AbortSignal {
+          return (state.controller ??= new AbortController()).signal;
+        },
         op: call.op,
         id: call.id,
       };
@@ -132,9 +144,9 @@ export async function serve(
         }
         return;
       case "cancel": {
-        const controller = running.get(message.id);
-        if (controller) {
-          controller.abort(cancelReason());
+        const state = running.get(message.id);
+        if (state) {
+          (state.controller ??= new AbortController()).abort(cancelReason());
           return;
         }
         const index = waiting.findIndex((call) => call.id === message.id);

@@ -1,0 +1,800 @@
+/**
+ * Turns the per-round results into docs/benchmarks.md (medians, ratios to
+ * the floor and to each peer, the issue's targets met or missed) and
+ * docs/benchmarks.svg (bar charts drawn from the same numbers). Pure.
+ *
+ * @module
+ */
+
+import {
+  BINARY_SIZES_MIB,
+  type Job,
+  type Placement,
+  type ScenarioId,
+  type Settings,
+} from "./_plan.ts";
+import { median } from "./_stats.ts";
+
+/** Where and when the run happened. */
+export interface Environment {
+  /** ISO date of the start. */
+  date: string;
+  /** `deno --version`, first line. */
+  deno: string;
+  /** Bun's version line. */
+  bun: string;
+  /** Node's version line. */
+  node: string;
+  /** `cc --version`, first line. */
+  cc: string;
+  /** CPU model. */
+  cpu: string;
+  /** Logical cores. */
+  cores: number;
+  /** Memory. */
+  memoryGiB: number;
+  /** Kernel release. */
+  kernel: string;
+  /** Load averages (1, 5, 15 min) before the run. */
+  loadBefore: number[];
+  /** Load averages after the run. */
+  loadAfter: number[];
+  /** Rounds per scenario. */
+  rounds: number;
+  /** How long the run took. */
+  durationS: number;
+}
+
+/** Medians over rounds of every numeric field of a job's results. */
+type Aggregate = Record<string, number>;
+
+function aggregate(
+  results: Map<string, Record<string, unknown>[]>,
+  key: string,
+): Aggregate | undefined {
+  const rounds = results.get(key);
+  if (!rounds || rounds.length === 0) return undefined;
+  const fields = new Map<string, number[]>();
+  for (const round of rounds) {
+    for (const [name, value] of Object.entries(round)) {
+      if (typeof value !== "number") continue;
+      const list = fields.get(name) ?? [];
+      list.push(value);
+      fields.set(name, list);
+    }
+  }
+  const out: Aggregate = {};
+  for (const [name, values] of fields) out[name] = median(values);
+  out.rounds = rounds.length;
+  return out;
+}
+
+function fmt(value: number | undefined, digits = 1): string {
+  if (value === undefined || !Number.isFinite(value)) return "–";
+  if (Math.abs(value) >= 10_000) {
+    return Math.round(value).toLocaleString("en-US");
+  }
+  return value.toFixed(digits);
+}
+
+function ratio(value: number | undefined): string {
+  if (value === undefined || !Number.isFinite(value)) return "–";
+  return `${value.toFixed(2)}×`;
+}
+
+/** One target of the issue, evaluated. */
+interface TargetRow {
+  what: string;
+  target: string;
+  deno: string;
+  bun: string;
+}
+
+function verdict(
+  value: number | undefined,
+  ok: (v: number) => boolean,
+  show: (v: number) => string,
+): string {
+  if (value === undefined || !Number.isFinite(value)) return "not measured";
+  return `${show(value)} ${ok(value) ? "met" : "**missed**"}`;
+}
+
+class View {
+  constructor(
+    readonly jobs: readonly Job[],
+    readonly results: Map<string, Record<string, unknown>[]>,
+  ) {}
+
+  get(
+    scenario: ScenarioId,
+    host: string,
+    contender: string,
+    placement?: Placement,
+  ) {
+    return aggregate(
+      this.results,
+      `${scenario}/${host}/${contender}${placement ? `/${placement}` : ""}`,
+    );
+  }
+
+  job(job: Job) {
+    return aggregate(this.results, job.key);
+  }
+
+  of(scenario: ScenarioId): Job[] {
+    return this.jobs.filter((job) => job.scenario === scenario);
+  }
+}
+
+function targets(view: View): TargetRow[] {
+  const rows: TargetRow[] = [];
+  const both = (
+    what: string,
+    target: string,
+    value: (rt: "deno" | "bun") => number | undefined,
+    ok: (v: number) => boolean,
+    show: (v: number) => string,
+  ): void => {
+    rows.push({
+      what,
+      target,
+      deno: verdict(value("deno"), ok, show),
+      bun: verdict(value("bun"), ok, show),
+    });
+  };
+  const x = (v: number) => `${v.toFixed(2)}×`;
+  both(
+    "(a) p50 round trip vs the floor",
+    "≤ 1.2×",
+    (rt) =>
+      (view.get("rtt", rt, "airlock")?.p50 ?? NaN) /
+      (view.get("rtt", rt, "floor")?.p50 ?? NaN),
+    (v) => v <= 1.2,
+    x,
+  );
+  both(
+    "(a) one core: p50 round trip vs the floor",
+    "≤ 1.2×",
+    (rt) =>
+      (view.get("rtt", rt, "airlock", "one-core")?.p50 ?? NaN) /
+      (view.get("rtt", rt, "floor", "one-core")?.p50 ?? NaN),
+    (v) => v <= 1.2,
+    x,
+  );
+  both(
+    "(a) two cores: p50 round trip vs the floor",
+    "≤ 1.2×",
+    (rt) =>
+      (view.get("rtt", rt, "airlock", "two-cores")?.p50 ?? NaN) /
+      (view.get("rtt", rt, "floor", "two-cores")?.p50 ?? NaN),
+    (v) => v <= 1.2,
+    x,
+  );
+  for (const placement of [undefined, "one-core", "two-cores"] as const) {
+    rows.push({
+      what: `(a) ${
+        placement ? `${placement.replace("-", " ")}: ` : ""
+      }p50 round trip vs Bun.spawn ipc json`,
+      target: "≤ 1× (Bun)",
+      deno: "–",
+      bun: verdict(
+        (view.get("rtt", "bun", "airlock", placement)?.p50 ?? NaN) /
+          (view.get("rtt", "bun", "bun-ipc-json", placement)?.p50 ?? NaN),
+        (v) => v <= 1,
+        x,
+      ),
+    });
+  }
+  both(
+    "(a) p99 / p50",
+    "≤ 4×",
+    (rt) => {
+      const a = view.get("rtt", rt, "airlock");
+      return a ? a.p99! / a.p50! : undefined;
+    },
+    (v) => v <= 4,
+    x,
+  );
+  both(
+    "(a) stretch: p50 vs the C ping-pong",
+    "≤ 1.5×",
+    (rt) =>
+      (view.get("rtt", rt, "airlock")?.p50 ?? NaN) /
+      (view.get("rtt", "c", "pingpong")?.p50 ?? NaN),
+    (v) => v <= 1.5,
+    x,
+  );
+  both(
+    "(a) stretch, one core: p50 vs the C ping-pong",
+    "≤ 1.5×",
+    (rt) =>
+      (view.get("rtt", rt, "airlock", "one-core")?.p50 ?? NaN) /
+      (view.get("rtt", "c", "pingpong", "one-core")?.p50 ?? NaN),
+    (v) => v <= 1.5,
+    x,
+  );
+  both(
+    "(a) stretch, two cores: p50 vs the C ping-pong",
+    "≤ 1.5×",
+    (rt) =>
+      (view.get("rtt", rt, "airlock", "two-cores")?.p50 ?? NaN) /
+      (view.get("rtt", "c", "pingpong", "two-cores")?.p50 ?? NaN),
+    (v) => v <= 1.5,
+    x,
+  );
+  both(
+    "(a) watch: added p50 per call",
+    "≤ 5 µs",
+    (rt) =>
+      (view.get("rtt", rt, "airlock-watch")?.p50 ?? NaN) -
+      (view.get("rtt", rt, "airlock")?.p50 ?? NaN),
+    (v) => v <= 5,
+    (v) => `${v.toFixed(1)} µs`,
+  );
+  both(
+    "(b) calls/s vs the floor, 64 in flight",
+    "≥ 0.8×",
+    (rt) =>
+      (view.get("throughput", rt, "airlock")?.callsPerSecond ?? NaN) /
+      (view.get("throughput", rt, "floor")?.callsPerSecond ?? NaN),
+    (v) => v >= 0.8,
+    x,
+  );
+  both(
+    "(c) 64 MiB round trip vs raw pipe read",
+    "≥ 0.5×",
+    (rt) =>
+      (view.get("binary", rt, "airlock")?.["64MiB"] ?? NaN) /
+      (view.get("binary", rt, "pipe-read")?.["64MiB"] ?? NaN),
+    (v) => v >= 0.5,
+    x,
+  );
+  both(
+    "(d) rich payload: superjson alone / airlock round trip",
+    "≥ 5×",
+    (rt) =>
+      (view.get("rich", rt, "superjson")?.ms ?? NaN) /
+      (view.get("rich", rt, "airlock")?.ms ?? NaN),
+    (v) => v >= 5,
+    x,
+  );
+  both(
+    "(e) one-shot call vs bare start",
+    "≤ 1.2×",
+    (rt) => {
+      const s = view.get("start", rt, "start");
+      return s ? s.oneShotMs! / s.bareMs! : undefined;
+    },
+    (v) => v <= 1.2,
+    x,
+  );
+  both(
+    "(f) tinypool / airlock pool, 1,000 calls",
+    "≥ 3×",
+    (rt) =>
+      (view.get("pool", "node", "tinypool")?.totalMs ?? NaN) /
+      (view.get("pool", rt, "pool")?.totalMs ?? NaN),
+    (v) => v >= 3,
+    x,
+  );
+  both(
+    "(f) p99 with maxTasksPerWorker 100 / without",
+    "≤ 2×",
+    (rt) =>
+      (view.get("pool", rt, "pool-recycle")?.p99Ms ?? NaN) /
+      (view.get("pool", rt, "pool")?.p99Ms ?? NaN),
+    (v) => v <= 2,
+    x,
+  );
+  both(
+    "(g) idle worker RSS − bare runtime",
+    "≤ 10 MiB",
+    (rt) => {
+      const m = view.get("memory", rt, "memory");
+      return m ? m.workerMiB! - m.bareMiB! : undefined;
+    },
+    (v) => v <= 10,
+    (v) => `${v.toFixed(1)} MiB`,
+  );
+  both(
+    "(h) start added by importing airlock",
+    "≤ 10 ms",
+    (rt) => {
+      const m = view.get("import", rt, "import");
+      return m ? m.importMs! - m.emptyMs! : undefined;
+    },
+    (v) => v <= 10,
+    (v) => `${v.toFixed(1)} ms`,
+  );
+  return rows;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const align = header.map((_, i) => (i === 0 ? "---" : "---:"));
+  return [
+    `| ${header.join(" | ")} |`,
+    `| ${align.join(" | ")} |`,
+    ...rows.map((row) => `| ${row.join(" | ")} |`),
+  ].join("\n");
+}
+
+function runtimeOf(job: Job): "deno" | "bun" | undefined {
+  if (job.label.includes("(Deno)")) return "deno";
+  if (job.label.includes("(Bun)")) return "bun";
+  return undefined;
+}
+
+function rttSection(view: View): string {
+  const jobs = view.of("rtt");
+  const airlock = (rt: string, placement: Placement | undefined) =>
+    view.get("rtt", rt, "airlock", placement)?.p50;
+  const rows = jobs.map((job) => {
+    const pinned = job.placement;
+    const a = view.job(job);
+    const rt = runtimeOf(job);
+    const floor = rt ? view.get("rtt", rt, "floor", pinned)?.p50 : undefined;
+    return [
+      job.label,
+      fmt(a?.p50),
+      fmt(a?.p99),
+      fmt(a?.mean),
+      floor ? ratio((a?.p50 ?? NaN) / floor) : "–",
+      ratio((airlock("deno", pinned) ?? NaN) / (a?.p50 ?? NaN)),
+      ratio((airlock("bun", pinned) ?? NaN) / (a?.p50 ?? NaN)),
+      fmt(a?.parentCpuUs),
+      fmt(a?.workerCpuUs),
+    ];
+  });
+  return table([
+    "contender",
+    "p50 µs",
+    "p99 µs",
+    "mean µs",
+    "p50 / floor (same runtime)",
+    "airlock Deno p50 / this",
+    "airlock Bun p50 / this",
+    "CPU per call, parent µs",
+    "CPU per call, child µs",
+  ], rows);
+}
+
+function throughputSection(view: View): string {
+  const airlock = (rt: string) =>
+    view.get("throughput", rt, "airlock")?.callsPerSecond;
+  const rows = view.of("throughput").map((job) => {
+    const a = view.job(job)?.callsPerSecond;
+    const rt = runtimeOf(job);
+    const floor = rt
+      ? view.get("throughput", rt, "floor")?.callsPerSecond
+      : undefined;
+    return [
+      job.label,
+      fmt(a, 0),
+      floor ? ratio((a ?? NaN) / floor) : "–",
+      ratio((airlock("deno") ?? NaN) / (a ?? NaN)),
+      ratio((airlock("bun") ?? NaN) / (a ?? NaN)),
+      fmt(view.job(job)?.parentCpuUs),
+      fmt(view.job(job)?.workerCpuUs),
+    ];
+  });
+  return table([
+    "contender",
+    "calls/s",
+    "vs floor (same runtime)",
+    "airlock Deno / this",
+    "airlock Bun / this",
+    "CPU per call, parent µs",
+    "CPU per call, child µs",
+  ], rows);
+}
+
+function binarySection(view: View): string {
+  const rows = view.of("binary").map((job) => {
+    const a = view.job(job);
+    const rt = runtimeOf(job) ?? "deno";
+    const raw = view.get("binary", rt, "pipe-read")?.["64MiB"];
+    return [
+      job.label,
+      ...BINARY_SIZES_MIB.map((mib) => fmt(a?.[`${mib}MiB`], 0)),
+      raw ? ratio((a?.["64MiB"] ?? NaN) / raw) : "–",
+    ];
+  });
+  return table([
+    "contender",
+    ...BINARY_SIZES_MIB.map((mib) => `${mib} MiB, MB/s`),
+    "64 MiB / raw pipe read",
+  ], rows);
+}
+
+function richSection(view: View): string {
+  const rows = view.of("rich").map((job) => {
+    const a = view.job(job)?.ms;
+    const rt = runtimeOf(job) ?? "deno";
+    const sj = view.get("rich", rt, "superjson")?.ms;
+    return [job.label, fmt(a, 2), ratio((sj ?? NaN) / (a ?? NaN))];
+  });
+  return table(["contender", "ms", "superjson alone / this"], rows);
+}
+
+function startSection(view: View): string {
+  const rows = view.of("start").map((job) => {
+    const s = view.job(job);
+    return [
+      job.label,
+      fmt(s?.oneShotMs),
+      fmt(s?.bareMs),
+      ratio((s?.oneShotMs ?? NaN) / (s?.bareMs ?? NaN)),
+    ];
+  });
+  return table([
+    "contender",
+    "one-shot call, ms",
+    "bare `run empty.ts`, ms",
+    "one-shot / bare",
+  ], rows);
+}
+
+function poolSection(view: View): string {
+  const tiny = view.get("pool", "node", "tinypool");
+  const rows = view.of("pool").map((job) => {
+    const p = view.job(job);
+    return [
+      job.label,
+      fmt(p?.totalMs),
+      fmt(
+        p
+          ? 1000 * (job.config.iterations as number ?? 1000) / p.totalMs!
+          : undefined,
+        0,
+      ),
+      fmt(p?.p99Ms),
+      job.contender === "tinypool"
+        ? "1.00×"
+        : ratio((tiny?.totalMs ?? NaN) / (p?.totalMs ?? NaN)),
+    ];
+  });
+  return table([
+    "contender",
+    "all calls, ms",
+    "calls/s",
+    "p99 latency, ms",
+    "tinypool time / this",
+  ], rows);
+}
+
+function memorySection(view: View): string {
+  const rows = view.of("memory").map((job) => {
+    const m = view.get("memory", job.host, "memory");
+    return [
+      job.host === "deno" ? "Deno" : "Bun",
+      fmt(m?.workerMiB),
+      fmt(m?.bareMiB),
+      fmt(m ? m.workerMiB! - m.bareMiB! : undefined),
+      fmt(m?.wrapperMiB),
+    ];
+  });
+  return table([
+    "runtime",
+    "idle airlock worker, MiB",
+    "bare idle process, MiB",
+    "difference, MiB",
+    "sandbox wrapper processes, MiB",
+  ], rows);
+}
+
+function importSection(view: View): string {
+  const rows = view.of("import").map((job) => {
+    const m = view.get("import", job.host, "import");
+    return [
+      job.host === "deno" ? "Deno" : "Bun",
+      fmt(m?.importMs),
+      fmt(m?.emptyMs),
+      fmt(m ? m.importMs! - m.emptyMs! : undefined),
+    ];
+  });
+  return table([
+    "runtime",
+    "script importing airlock, ms",
+    "empty script, ms",
+    "added, ms",
+  ], rows);
+}
+
+/**
+ * Renders docs/benchmarks.md.
+ *
+ * @param jobs Every job that ran.
+ * @param results Per-round results by job key.
+ * @param env The machine and the run.
+ * @param settings Full or smoke.
+ * @returns The markdown.
+ */
+export function renderMarkdown(
+  jobs: readonly Job[],
+  results: Map<string, Record<string, unknown>[]>,
+  env: Environment,
+  settings: Settings,
+): string {
+  const view = new View(jobs, results);
+  const has = (id: ScenarioId) => jobs.some((job) => job.scenario === id);
+  const load = (values: number[]) => values.map((v) => v.toFixed(2)).join(", ");
+  const parts: string[] = [];
+  parts.push(`# airlock benchmarks
+
+Generated by \`deno task bench\` (scripts/bench/main.ts) on ${
+    env.date.slice(0, 10)
+  }. Do not edit by hand: rerun the task. The chart, [benchmarks.svg](benchmarks.svg), is drawn by the same run.
+
+- Machine: ${env.cpu}, ${env.cores} cores, ${
+    env.memoryGiB.toFixed(0)
+  } GiB, Linux ${env.kernel}; load average ${load(env.loadBefore)} before, ${
+    load(env.loadAfter)
+  } after (other work shares this machine).
+- Runtimes: ${env.deno}; ${env.bun}; ${env.node}; ${env.cc}.
+- Method: every scenario runs in ${env.rounds} round${
+    env.rounds === 1 ? "" : "s"
+  }${
+    settings.smoke ? " (smoke run: no timing claims)" : ""
+  }; a round runs each contender once, one after another, each in a fresh process with its own warm-up, so a busy machine slows all of them alike. Every figure is the median over rounds. Every echoed value is checked. The run took ${
+    env.durationS.toFixed(0)
+  } s.
+- The floor is a hand-written length-prefixed echo loop over the same stdin/stdout pipes, in the same runtime, with the same I/O calls airlock's adapter uses and no codec (scripts/bench/floor_worker.ts); the C ping-pong is the machine's limit for a pipe round trip (scripts/bench/pingpong.c). Processes are not pinned to cores: a round trip whose two processes share a core costs a few µs of wake-up, one that crosses cores tens of µs, and which one a run gets is up to the scheduler; the rows marked "one core" run every process of the contender on core 0 (\`taskset -c 0\`), which leaves the CPU work of a round trip; the rows marked "two cores" keep the caller on core 0 and move the other process (all its threads) to core 1, so every round trip pays two cross-core wake-ups. Both pinned modes are steady where the unpinned one is not.`);
+  parts.push(`## Targets (issue 6)
+
+${
+    table(
+      ["target", "goal", "Deno", "Bun"],
+      targets(view).map((row) => [row.what, row.target, row.deno, row.bun]),
+    )
+  }`);
+  if (has("rtt")) {
+    parts.push(`## (a) Round trip, tiny payload, one call in flight
+
+A call of \`add(i, 1)\` (the peers echo a message of the same shape; the floor and C echo 32 bytes), one after another. CPU per call is the CPU time (user + system, all threads, from /proc, 10 ms resolution) each side used during the measured calls, divided by the calls: it says which side a round trip spends its time on.
+
+${rttSection(view)}`);
+  }
+  if (has("throughput")) {
+    parts.push(`## (b) Throughput, 64 calls in flight
+
+${throughputSection(view)}`);
+  }
+  if (has("binary")) {
+    parts.push(`## (c) Binary round trip
+
+A \`Uint8Array\` echoed by the worker. MB/s counts the bytes that crossed the pipes, both ways (2 × size / round trip, 1 MB = 10⁶ bytes), so that it compares with the raw pipe read rate: a child (\`head -c\`) writing into the runtime's spawn pipe, read to the end.
+
+${binarySection(view)}`);
+  }
+  if (has("rich")) {
+    parts.push(`## (d) Rich payload
+
+1,000 rows, each with a \`Date\`, a \`Map\`, a \`bigint\` and nested arrays. airlock's figure is a whole round trip to the worker and back (two encodes, two decodes, two pipe crossings); superjson's is one \`stringify\` + \`parse\` in the same process, no I/O.
+
+${richSection(view)}`);
+  }
+  if (has("start")) {
+    parts.push(`## (e) One-shot call
+
+\`oneShot(...).add(1, 2)\` (spawn, handshake, call, shutdown, exit) against a bare \`deno run empty.ts\` / \`bun run empty.ts\` to its exit, spawned the same way from the same process, alternating.
+
+${startSection(view)}`);
+  }
+  if (has("pool")) {
+    parts.push(`## (f) Pool of 2, 1,000 trivial calls
+
+All calls submitted at once to a warmed pool (after 200 warm-up calls); p99 is the 99th percentile of the time from submission to each call's answer. tinypool runs under Node with its \`child_process\` runtime, 2 workers.
+
+${poolSection(view)}`);
+  }
+  if (has("memory")) {
+    parts.push(`## (g) Resident memory of an idle worker
+
+VmRSS of the worker process 0.5 s after one call, against a bare runtime process (scripts/bench/idle.ts) left idle the same way. Bun workers run inside the OS sandbox by default (bubblewrap: Bun has no permission model); the wrapper processes between the parent and the worker are listed apart.
+
+${memorySection(view)}`);
+  }
+  if (has("import")) {
+    parts.push(`## (h) What importing airlock adds to a CLI's start
+
+\`deno run import_airlock.ts\` (imports \`mod.ts\`, exits) against \`deno run empty.ts\`; the same on Bun.
+
+${importSection(view)}`);
+  }
+  return `${parts.join("\n\n")}\n`;
+}
+
+interface Bar {
+  label: string;
+  value: number;
+  kind: "airlock" | "floor" | "peer";
+}
+
+interface Panel {
+  title: string;
+  unit: string;
+  bars: Bar[];
+}
+
+function kindOf(contender: string): Bar["kind"] {
+  if (contender.startsWith("airlock") || contender.startsWith("pool")) {
+    return "airlock";
+  }
+  if (
+    contender.startsWith("floor") || contender === "pingpong" ||
+    contender === "pipe-read"
+  ) {
+    return "floor";
+  }
+  return "peer";
+}
+
+function escapeXml(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(
+    />/g,
+    "&gt;",
+  );
+}
+
+/**
+ * Renders docs/benchmarks.svg: one bar chart per scenario, from the medians.
+ *
+ * @param jobs Every job that ran.
+ * @param results Per-round results by job key.
+ * @param env The machine and the run.
+ * @returns The SVG document.
+ */
+export function renderSvg(
+  jobs: readonly Job[],
+  results: Map<string, Record<string, unknown>[]>,
+  env: Environment,
+): string {
+  const view = new View(jobs, results);
+  const panels: Panel[] = [];
+  const simple = (
+    scenario: ScenarioId,
+    title: string,
+    unit: string,
+    field: string,
+  ): void => {
+    const bars = view.of(scenario).map((job) => ({
+      label: job.label,
+      value: view.job(job)?.[field] ?? NaN,
+      kind: kindOf(job.contender),
+    })).filter((bar) => Number.isFinite(bar.value));
+    if (bars.length > 0) panels.push({ title, unit, bars });
+  };
+  simple(
+    "rtt",
+    "(a) Round trip, one call in flight: p50 (lower is better)",
+    "µs",
+    "p50",
+  );
+  simple(
+    "throughput",
+    "(b) Throughput, 64 calls in flight (higher is better)",
+    "calls/s",
+    "callsPerSecond",
+  );
+  simple(
+    "binary",
+    "(c) 64 MiB binary round trip, bytes both ways (higher is better)",
+    "MB/s",
+    "64MiB",
+  );
+  simple("rich", "(d) 1,000 rich rows (lower is better)", "ms", "ms");
+  const pairs = (
+    scenario: ScenarioId,
+    title: string,
+    unit: string,
+    fields: [string, string, string][],
+  ): void => {
+    const bars: Bar[] = [];
+    for (const job of view.of(scenario)) {
+      const a = view.job(job);
+      const rt = job.host === "deno" ? "Deno" : "Bun";
+      const variant = job.contender.endsWith("-nosandbox")
+        ? ", no sandbox"
+        : "";
+      for (const [field, label, kind] of fields) {
+        const value = a?.[field];
+        if (variant && kind !== "airlock") continue;
+        if (value !== undefined && Number.isFinite(value)) {
+          bars.push({
+            label: `${label}${variant} (${rt})`,
+            value,
+            kind: kind as Bar["kind"],
+          });
+        }
+      }
+    }
+    if (bars.length > 0) panels.push({ title, unit, bars });
+  };
+  pairs(
+    "start",
+    "(e) One-shot call vs bare runtime start (lower is better)",
+    "ms",
+    [
+      ["oneShotMs", "airlock one-shot call", "airlock"],
+      ["bareMs", "bare run empty.ts", "floor"],
+    ],
+  );
+  simple(
+    "pool",
+    "(f) 1,000 calls on a pool of 2 (lower is better)",
+    "ms",
+    "totalMs",
+  );
+  pairs("memory", "(g) Resident memory, idle (lower is better)", "MiB", [
+    ["workerMiB", "airlock worker", "airlock"],
+    ["bareMiB", "bare process", "floor"],
+  ]);
+  pairs("import", "(h) CLI start (lower is better)", "ms", [
+    ["importMs", "importing airlock", "airlock"],
+    ["emptyMs", "empty script", "floor"],
+  ]);
+
+  const width = 960;
+  const labelWidth = 360;
+  const barArea = 470;
+  const barHeight = 16;
+  const gap = 5;
+  const colors = { airlock: "#2563eb", floor: "#6b7280", peer: "#f59e0b" };
+  const out: string[] = [];
+  let y = 80;
+  for (const panel of panels) {
+    out.push(
+      `<text x="16" y="${y}" font-size="15" font-weight="bold">${
+        escapeXml(panel.title)
+      }</text>`,
+    );
+    y += 10;
+    const max = Math.max(...panel.bars.map((bar) => bar.value));
+    for (const bar of panel.bars) {
+      const w = max > 0 ? Math.max(1, (bar.value / max) * barArea) : 1;
+      out.push(
+        `<text x="${labelWidth - 8}" y="${
+          y + barHeight - 4
+        }" font-size="12" text-anchor="end">${escapeXml(bar.label)}</text>`,
+        `<rect x="${labelWidth}" y="${y}" width="${
+          w.toFixed(1)
+        }" height="${barHeight}" fill="${colors[bar.kind]}"/>`,
+        `<text x="${(labelWidth + w + 6).toFixed(1)}" y="${
+          y + barHeight - 4
+        }" font-size="12">${
+          escapeXml(`${fmt(bar.value, bar.value < 100 ? 1 : 0)} ${panel.unit}`)
+        }</text>`,
+      );
+      y += barHeight + gap;
+    }
+    y += 30;
+  }
+  const legend = [
+    ["airlock", colors.airlock],
+    ["floor / limit / bare", colors.floor],
+    ["peer", colors.peer],
+  ].map(([name, color], i) =>
+    `<rect x="${16 + i * 190}" y="${
+      y - 12
+    }" width="12" height="12" fill="${color}"/><text x="${32 + i * 190}" y="${
+      y - 2
+    }" font-size="12">${name}</text>`
+  ).join("");
+  const height = y + 10;
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, sans-serif">
+<rect width="100%" height="100%" fill="#ffffff"/>
+<text x="16" y="28" font-size="18" font-weight="bold">airlock benchmarks, medians of ${env.rounds} rounds, ${
+    escapeXml(env.date.slice(0, 10))
+  }</text>
+<text x="16" y="44" font-size="12" fill="#374151">${
+    escapeXml(
+      `${
+        env.deno.split(" (")[0]
+      }, ${env.bun}, ${env.node}; ${env.cpu}, ${env.cores} cores. Drawn by scripts/bench/main.ts.`,
+    )
+  }</text>
+${out.join("\n")}
+${legend}
+</svg>
+`;
+}

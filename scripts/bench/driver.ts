@@ -1,0 +1,682 @@
+// deno-lint-ignore-file no-console
+/**
+ * One measurement, in a fresh process of the runtime under test (Deno or
+ * Bun): `driver.ts '<json>'` runs one scenario for one contender, warms up,
+ * checks every echoed value, and prints one JSON line. `main.ts` calls it
+ * round after round, alternating contenders, and takes medians.
+ *
+ * @module
+ */
+
+import superjson from "superjson";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { oneShot, pool, session } from "../../mod.ts";
+import { decodeValue, encodeValue } from "../../src/protocol/codec.ts";
+import { FloorClient } from "./_floor_client.ts";
+import {
+  cpuMs,
+  envVar,
+  execPath,
+  exit,
+  type PipedChild,
+  rssBytes,
+  runQuiet,
+  runtimeName,
+  scriptArgs,
+  scriptArgv,
+  spawnPiped,
+} from "./_runtime.ts";
+import { median, quantile, summarize } from "./_stats.ts";
+
+/** What main.ts asks for. */
+export interface DriverConfig {
+  /** Which scenario. */
+  scenario:
+    | "rtt"
+    | "throughput"
+    | "binary"
+    | "rich"
+    | "start"
+    | "pool"
+    | "memory"
+    | "import";
+  /** Which contender (scenario-specific). */
+  contender: string;
+  /** Calls before measuring. */
+  warmup: number;
+  /** Calls (or repetitions) measured. */
+  iterations: number;
+  /** Calls in flight, for throughput. */
+  inflight?: number;
+  /** Payload sizes in MiB, for binary. */
+  sizesMiB?: number[];
+  /** Rows of the rich payload. */
+  rows?: number;
+  /** maxTasksPerWorker for the pool (0: off). */
+  maxTasksPerWorker?: number;
+  /** Calls one pool worker runs at once. */
+  concurrency?: number;
+  /** Grant the one-shot worker everything (no OS sandbox on Bun). */
+  permissionsAll?: boolean;
+  /**
+   * Move the answering process (all its threads) to core 1; main.ts starts
+   * this one on core 0.
+   */
+  split?: boolean;
+}
+
+const here = new URL(".", import.meta.url);
+const workerUrl = new URL("./bench_worker.ts", here);
+const scriptPath = (name: string): string => new URL(name, here).pathname;
+/** Marks every process a run starts, so main.ts can prove none is left. */
+const marker = envVar("AIRLOCK_BENCH_RUN") ?? "manual";
+const workerEnv = { AIRLOCK_BENCH_RUN: marker };
+
+function check(condition: boolean, what: string): void {
+  if (!condition) throw new Error(`Benchmark check failed: ${what}`);
+}
+
+function floorChild(mode = "sync"): PipedChild {
+  return spawnPiped(
+    scriptArgv(scriptPath("floor_worker.ts"), [mode]),
+    workerEnv,
+  );
+}
+
+const smallPayload = new TextEncoder().encode(
+  JSON.stringify({ id: 1, op: "add", args: [1, 2] }),
+);
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  const words = a.byteLength >> 2;
+  if (a.byteOffset % 4 === 0 && b.byteOffset % 4 === 0) {
+    const x = new Uint32Array(a.buffer, a.byteOffset, words);
+    const y = new Uint32Array(b.buffer, b.byteOffset, words);
+    for (let i = 0; i < words; i++) if (x[i] !== y[i]) return false;
+    for (let i = words * 4; i < a.byteLength; i++) {
+      if (a[i] !== b[i]) return false;
+    }
+    return true;
+  }
+  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- IPC (Bun)
+
+interface BunIpcChild {
+  readonly pid: number;
+  send(message: unknown): void;
+  kill(): void;
+  disconnect(): void;
+  readonly exited: Promise<number>;
+}
+interface BunIpcSpawn {
+  spawn(
+    argv: string[],
+    options: {
+      ipc(message: unknown): void;
+      serialization: "json" | "advanced";
+      stdio: ["ignore", "ignore", "inherit"];
+    },
+  ): BunIpcChild;
+}
+
+interface AddMessage {
+  id: number;
+  op: string;
+  args: [number, number];
+}
+
+/** A request/answer channel over `Bun.spawn` IPC. */
+function bunIpc(serialization: "json" | "advanced"): {
+  call(): Promise<void>;
+  close(): Promise<void>;
+  pid: number;
+} {
+  const bun = (globalThis as unknown as { Bun: BunIpcSpawn }).Bun;
+  const waiting = new Map<number, (message: AddMessage) => void>();
+  const child = bun.spawn([execPath(), scriptPath("ipc_echo.mjs")], {
+    ipc(message) {
+      const answer = message as AddMessage;
+      const resolve = waiting.get(answer.id);
+      waiting.delete(answer.id);
+      resolve?.(answer);
+    },
+    serialization,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  let nextId = 1;
+  return {
+    pid: child.pid,
+    call() {
+      const id = nextId++;
+      return new Promise<void>((resolve, reject) => {
+        waiting.set(id, (answer) => {
+          if (answer.op !== "add" || answer.args[0] !== id) {
+            reject(new Error("Benchmark check failed: the IPC echo"));
+          } else resolve();
+        });
+        child.send({ id, op: "add", args: [id, 1] });
+      });
+    },
+    async close() {
+      child.disconnect();
+      child.kill();
+      await child.exited;
+    },
+  };
+}
+
+// ------------------------------------------------------------------ helpers
+
+interface Caller {
+  /** One trivial call, checked. */
+  call(i: number): Promise<void>;
+  close(): Promise<void>;
+  /** The pid of the process answering, for its CPU time. */
+  pid(): number | undefined;
+}
+
+async function caller(contender: string): Promise<Caller> {
+  switch (contender) {
+    case "airlock":
+    case "airlock-watch": {
+      let dir: string | undefined;
+      const watch: string[] = [];
+      if (contender === "airlock-watch") {
+        dir = mkdtempSync(join(tmpdir(), "airlock-bench-"));
+        const file = join(dir, "state.db");
+        writeFileSync(file, "state");
+        watch.push(file);
+      }
+      const s = await session<typeof import("./bench_worker.ts").default>(
+        workerUrl,
+        { env: workerEnv, watch },
+      );
+      return {
+        async call(i) {
+          const value = await s.add(i, 1);
+          if (value !== i + 1) check(false, `add(${i}, 1) gave ${value}`);
+        },
+        async close() {
+          await s.close();
+          if (dir) rmSync(dir, { recursive: true, force: true });
+        },
+        pid: () => s.pid,
+      };
+    }
+    case "floor":
+    case "floor-async": {
+      const child = floorChild(contender === "floor" ? "sync" : "async");
+      const client = new FloorClient(child);
+      return {
+        pid: () => child.pid,
+        async call() {
+          const echoed = await client.request(smallPayload);
+          if (!sameBytes(echoed, smallPayload)) check(false, "the floor echo");
+        },
+        close: () => client.close(),
+      };
+    }
+    case "bun-ipc-json":
+    case "bun-ipc-advanced": {
+      const ipc = bunIpc(contender === "bun-ipc-json" ? "json" : "advanced");
+      return {
+        call: () => ipc.call(),
+        close: () => ipc.close(),
+        pid: () => ipc.pid,
+      };
+    }
+    default:
+      throw new Error(`Unknown contender "${contender}"`);
+  }
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/**
+ * Starts counting CPU time of this process and of the answering one; the
+ * returned function gives both per call, in µs, for the calls made since.
+ */
+function cpuMeter(
+  pid: number | undefined,
+): (calls: number) => { parentCpuUs: number; workerCpuUs: number } {
+  const parent = cpuMs("self");
+  const worker = pid === undefined ? NaN : cpuMs(pid);
+  return (calls) => ({
+    parentCpuUs: ((cpuMs("self") - parent) * 1000) / calls,
+    workerCpuUs: pid === undefined
+      ? NaN
+      : ((cpuMs(pid) - worker) * 1000) / calls,
+  });
+}
+
+/** Pins every thread of a process to one core (`taskset -a -p`). */
+function moveToCore(pid: number | undefined, core: number): void {
+  if (pid === undefined) throw new Error("Cannot pin: no pid");
+  const result = spawnSync("taskset", [
+    "-a",
+    "-p",
+    "-c",
+    String(core),
+    String(pid),
+  ], {
+    stdio: "ignore",
+  });
+  check(result.status === 0, `taskset moved pid ${pid} to core ${core}`);
+}
+
+async function rtt(config: DriverConfig): Promise<unknown> {
+  const c = await caller(config.contender);
+  if (config.split) moveToCore(c.pid(), 1);
+  try {
+    for (let i = 0; i < config.warmup; i++) await c.call(i);
+    const samples: number[] = [];
+    const cpu = cpuMeter(c.pid());
+    for (let i = 0; i < config.iterations; i++) {
+      const start = performance.now();
+      await c.call(i);
+      samples.push(performance.now() - start);
+    }
+    return { ...summarize(samples), ...cpu(config.iterations) };
+  } finally {
+    await c.close();
+  }
+}
+
+async function throughput(config: DriverConfig): Promise<unknown> {
+  const c = await caller(config.contender);
+  const inflight = config.inflight ?? 64;
+  const runFor = async (total: number): Promise<number> => {
+    let issued = 0;
+    const start = performance.now();
+    const lane = async (): Promise<void> => {
+      while (issued < total) await c.call(issued++);
+    };
+    await Promise.all(Array.from({ length: inflight }, lane));
+    return total / ((performance.now() - start) / 1000);
+  };
+  try {
+    await runFor(config.warmup);
+    const cpu = cpuMeter(c.pid());
+    const callsPerSecond = await runFor(config.iterations);
+    return { callsPerSecond, ...cpu(config.iterations) };
+  } finally {
+    await c.close();
+  }
+}
+
+function randomBytes(size: number): Uint8Array {
+  const bytes = new Uint8Array(size);
+  // Cheap, non-constant content: a counter pattern with a random seed.
+  const words = new Uint32Array(bytes.buffer, 0, size >> 2);
+  let x = (Math.random() * 0xffffffff) >>> 0;
+  for (let i = 0; i < words.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    words[i] = x >>> 0;
+  }
+  return bytes;
+}
+
+/** Reads a child's stdout to the end; returns the bytes seen. */
+async function drain(stream: ReadableStream<Uint8Array>): Promise<number> {
+  let total = 0;
+  const reader = stream.getReader();
+  while (true) {
+    const { value, done } = await reader.read();
+    if (done) return total;
+    total += value.byteLength;
+  }
+}
+
+async function binary(config: DriverConfig): Promise<unknown> {
+  const sizes = config.sizesMiB ?? [1];
+  const result: Record<string, number> = {};
+  if (config.contender === "pipe-read") {
+    // The runtime's raw pipe read rate: a child (head) writes, we read.
+    for (const mib of sizes) {
+      const bytes = mib * 1024 * 1024;
+      const rates: number[] = [];
+      for (let i = -config.warmup; i < config.iterations; i++) {
+        const start = performance.now();
+        const child = spawnPiped(["head", "-c", String(bytes), "/dev/zero"]);
+        void child.closeStdin().catch(() => {});
+        const seen = await drain(child.stdout);
+        const ms = performance.now() - start;
+        await child.exited;
+        check(seen === bytes, `pipe read of ${bytes} bytes saw ${seen}`);
+        if (i >= 0) rates.push(bytes / 1e6 / (ms / 1000));
+      }
+      result[`${mib}MiB`] = median(rates);
+    }
+    return result;
+  }
+  let send: (bytes: Uint8Array) => Promise<Uint8Array>;
+  let close: () => Promise<void>;
+  if (config.contender === "airlock") {
+    const s = await session<typeof import("./bench_worker.ts").default>(
+      workerUrl,
+      { env: workerEnv },
+    );
+    send = (bytes) => s.echo(bytes) as Promise<Uint8Array>;
+    close = () => s.close();
+  } else if (config.contender === "floor") {
+    const client = new FloorClient(floorChild());
+    send = (bytes) => client.request(bytes);
+    close = () => client.close();
+  } else {
+    throw new Error(`Unknown contender "${config.contender}"`);
+  }
+  try {
+    for (const mib of sizes) {
+      const bytes = randomBytes(mib * 1024 * 1024);
+      const rates: number[] = [];
+      // Large sizes repeat less: about 64 MiB moved per measurement.
+      const repeat = Math.max(1, Math.min(config.iterations, 64 / mib));
+      const warm = Math.max(1, Math.min(config.warmup, 16 / mib));
+      for (let i = -warm; i < repeat; i++) {
+        const start = performance.now();
+        const echoed = await send(bytes);
+        const ms = performance.now() - start;
+        check(
+          echoed instanceof Uint8Array && sameBytes(echoed, bytes),
+          `the echo of ${mib} MiB`,
+        );
+        // Bytes moved through the pipes, both ways, per second.
+        if (i >= 0) rates.push((2 * bytes.byteLength) / 1e6 / (ms / 1000));
+      }
+      result[`${mib}MiB`] = median(rates);
+    }
+    return result;
+  } finally {
+    await close();
+  }
+}
+
+interface Row {
+  id: number;
+  at: Date;
+  tags: Map<string, number>;
+  big: bigint;
+  nested: unknown[];
+}
+
+function makeRows(count: number): Row[] {
+  const rows: Row[] = [];
+  for (let i = 0; i < count; i++) {
+    rows.push({
+      id: i,
+      at: new Date(1_700_000_000_000 + i),
+      tags: new Map([["a", i], ["b", 2]]),
+      big: 12345678901234567890n + BigInt(i),
+      nested: [[1, 2, [3, `x${i}`]], [true, null]],
+    });
+  }
+  return rows;
+}
+
+function checkRows(value: unknown, count: number): void {
+  check(Array.isArray(value) && value.length === count, "row count");
+  const rows = value as Row[];
+  for (const i of [0, count >> 1, count - 1]) {
+    const row = rows[i] as Row;
+    check(
+      row.id === i && row.at instanceof Date &&
+        row.at.getTime() === 1_700_000_000_000 + i &&
+        row.tags instanceof Map && row.tags.get("a") === i &&
+        row.big === 12345678901234567890n + BigInt(i) &&
+        JSON.stringify(row.nested) ===
+          JSON.stringify([[1, 2, [3, `x${i}`]], [true, null]]),
+      `row ${i} came back intact`,
+    );
+  }
+}
+
+async function rich(config: DriverConfig): Promise<unknown> {
+  const count = config.rows ?? 1000;
+  const rows = makeRows(count);
+  let once: () => Promise<unknown> | unknown;
+  let close = async (): Promise<void> => {};
+  switch (config.contender) {
+    case "airlock": {
+      const s = await session<typeof import("./bench_worker.ts").default>(
+        workerUrl,
+        { env: workerEnv },
+      );
+      once = () => s.echo(rows);
+      close = () => s.close();
+      break;
+    }
+    case "superjson":
+      once = () => superjson.parse(superjson.stringify(rows));
+      break;
+    case "codec":
+      once = () => {
+        const { head, attachments } = encodeValue(rows);
+        check(attachments.length === 0, "no attachments");
+        return decodeValue(head, new Uint8Array(0));
+      };
+      break;
+    default:
+      throw new Error(`Unknown contender "${config.contender}"`);
+  }
+  try {
+    const samples: number[] = [];
+    for (let i = -config.warmup; i < config.iterations; i++) {
+      const start = performance.now();
+      const value = await once();
+      const ms = performance.now() - start;
+      checkRows(value, count);
+      if (i >= 0) samples.push(ms);
+    }
+    return { ms: median(samples) };
+  } finally {
+    await close();
+  }
+}
+
+/** `deno run x` or `bun run x`: a bare start of the runtime. */
+function bareArgv(script: string): string[] {
+  return [execPath(), "run", scriptPath(script)];
+}
+
+async function start(config: DriverConfig): Promise<unknown> {
+  const runner = oneShot<typeof import("./bench_worker.ts").default>(
+    workerUrl,
+    {
+      env: workerEnv,
+      ...(config.permissionsAll ? { permissions: "all" as const } : {}),
+    },
+  );
+  const bare: number[] = [];
+  const one: number[] = [];
+  for (let i = -config.warmup; i < config.iterations; i++) {
+    let t = performance.now();
+    check(await runQuiet(bareArgv("empty.ts")) === 0, "empty.ts exits 0");
+    const bareMs = performance.now() - t;
+    t = performance.now();
+    check(await runner.add(i, 1) === i + 1, "one-shot add");
+    const oneMs = performance.now() - t;
+    if (i >= 0) {
+      bare.push(bareMs);
+      one.push(oneMs);
+    }
+  }
+  return { oneShotMs: median(one), bareMs: median(bare) };
+}
+
+async function poolRun(config: DriverConfig): Promise<unknown> {
+  const p = pool<typeof import("./bench_worker.ts").default>(workerUrl, {
+    env: workerEnv,
+    max: 2,
+    min: 2,
+    prewarm: 2,
+    maxTasksPerWorker: config.maxTasksPerWorker ?? 0,
+    concurrency: config.concurrency ?? 1,
+  });
+  const batch = async (count: number) => {
+    const latencies: number[] = new Array(count);
+    const begin = performance.now();
+    await Promise.all(
+      Array.from({ length: count }, async (_, i) => {
+        const value = await p.add(i, 1);
+        if (value !== i + 1) check(false, `pool add(${i}, 1) gave ${value}`);
+        latencies[i] = performance.now() - begin;
+      }),
+    );
+    return { totalMs: performance.now() - begin, latencies };
+  };
+  try {
+    await batch(config.warmup);
+    const { totalMs, latencies } = await batch(config.iterations);
+    latencies.sort((a, b) => a - b);
+    return {
+      totalMs,
+      p99Ms: quantile(latencies, 0.99),
+      recycled: p.stats().recycled,
+    };
+  } finally {
+    await p.close();
+  }
+}
+
+async function firstLine(stream: ReadableStream<Uint8Array>): Promise<void> {
+  const reader = stream.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  while (!text.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("idle.ts ended before it was ready");
+    text += decoder.decode(value, { stream: true });
+  }
+  reader.releaseLock();
+}
+
+const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The parent pid of a process, from /proc. */
+function parentPid(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Resident memory of the processes between this one and a worker (a
+ * sandbox wrapper such as bwrap); 0 when the worker is a direct child.
+ */
+function wrapperRss(workerPid: number): number {
+  const self = Number(readFileSync("/proc/self/stat", "utf8").split(" ")[0]);
+  let total = 0;
+  let pid = parentPid(workerPid);
+  for (let hops = 0; pid > 1 && pid !== self && hops < 8; hops++) {
+    total += rssBytes(pid) || 0;
+    pid = parentPid(pid);
+  }
+  return total;
+}
+
+async function memory(): Promise<unknown> {
+  const settleMs = 500;
+  const s = await session<typeof import("./bench_worker.ts").default>(
+    workerUrl,
+    { env: workerEnv },
+  );
+  let workerBytes: number;
+  let wrapperBytes: number;
+  try {
+    check(await s.add(1, 2) === 3, "add(1, 2)");
+    await delay(settleMs);
+    workerBytes = rssBytes(s.pid as number);
+    wrapperBytes = wrapperRss(s.pid as number);
+  } finally {
+    await s.close();
+  }
+  const bare = spawnPiped(bareArgv("idle.ts"), workerEnv);
+  let bareBytes: number;
+  try {
+    await firstLine(bare.stdout);
+    await delay(settleMs);
+    bareBytes = rssBytes(bare.pid);
+  } finally {
+    bare.kill();
+    await bare.exited;
+  }
+  return {
+    workerMiB: workerBytes / 1048576,
+    bareMiB: bareBytes / 1048576,
+    wrapperMiB: wrapperBytes / 1048576,
+  };
+}
+
+async function importCost(config: DriverConfig): Promise<unknown> {
+  const withImport: number[] = [];
+  const without: number[] = [];
+  for (let i = -config.warmup; i < config.iterations; i++) {
+    let t = performance.now();
+    check(await runQuiet(bareArgv("empty.ts")) === 0, "empty.ts exits 0");
+    const emptyMs = performance.now() - t;
+    t = performance.now();
+    check(
+      await runQuiet(bareArgv("import_airlock.ts")) === 0,
+      "import_airlock.ts exits 0",
+    );
+    const importMs = performance.now() - t;
+    if (i >= 0) {
+      without.push(emptyMs);
+      withImport.push(importMs);
+    }
+  }
+  return { importMs: median(withImport), emptyMs: median(without) };
+}
+
+async function main(): Promise<void> {
+  const config = JSON.parse(scriptArgs()[0] ?? "{}") as DriverConfig;
+  let result: unknown;
+  switch (config.scenario) {
+    case "rtt":
+      result = await rtt(config);
+      break;
+    case "throughput":
+      result = await throughput(config);
+      break;
+    case "binary":
+      result = await binary(config);
+      break;
+    case "rich":
+      result = await rich(config);
+      break;
+    case "start":
+      result = await start(config);
+      break;
+    case "pool":
+      result = await poolRun(config);
+      break;
+    case "memory":
+      result = await memory();
+      break;
+    case "import":
+      result = await importCost(config);
+      break;
+    default:
+      throw new Error(`Unknown scenario "${String(config.scenario)}"`);
+  }
+  console.log(JSON.stringify({ runtime: runtimeName(), result }));
+}
+
+try {
+  await main();
+} catch (error: unknown) {
+  console.error(error instanceof Error ? error.stack : String(error));
+  exit(1);
+}
