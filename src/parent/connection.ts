@@ -547,10 +547,12 @@ export class Connection {
         this.kill(`killed by airlock after a protocol error: ${error.message}`);
         reader.cancel().catch(() => {});
       } else if (this.#exit === undefined && !this.#stdoutCancelled) {
-        this.#keepTail(
-          `\n[airlock: cannot read worker stdout: ${
-            error instanceof Error ? error.message : String(error)
-          }]\n`,
+        // Reading stopped: nothing more would ever be answered, so stop the
+        // worker now rather than let its calls wait for their deadlines.
+        const why = error instanceof Error ? error.message : String(error);
+        this.#keepTail(`\n[airlock: cannot read worker stdout: ${why}]\n`);
+        this.kill(
+          `killed by airlock because its stdout could not be read: ${why}`,
         );
       }
     }
@@ -660,10 +662,14 @@ export class Connection {
       this.#stderrReader?.cancel().catch(() => {});
     }
     const mapped = this.#options.command.mapExit(status.code, status.signal);
+    const truncated = this.#truncated;
     const exit: ConnectionExit = {
       code: mapped.code,
       signal: mapped.signal,
-      reason: this.#killReason,
+      reason: this.#killReason ??
+        (truncated && this.#hello
+          ? `exited in the middle of a frame (${truncated.receivedBytes} of ${truncated.expectedBytes} bytes written)`
+          : undefined),
       requested: this.#requested,
       stderrTail: this.#tail,
       pid: this.pid,

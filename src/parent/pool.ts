@@ -77,8 +77,10 @@ export interface PoolOptions extends WorkerOptions {
    */
   idleTimeoutMs?: number;
   /**
-   * A worker is recycled after this many calls; its replacement starts in
-   * the background at once. `0` turns recycling off.
+   * A worker is recycled after this many calls. Its replacement starts in
+   * the background while it serves its last tenth of calls, so no call waits
+   * for a start; meanwhile the pool may run one worker more than `max`. `0`
+   * turns recycling off.
    *
    * @default {0}
    */
@@ -208,6 +210,8 @@ interface PoolWorker {
   stamp: StateStamp;
   calls: number;
   retiring: boolean;
+  /** Whether its replacement (after maxTasksPerWorker) has been started. */
+  succeeded: boolean;
   idleTimer: ReturnType<typeof setTimeout> | undefined;
 }
 
@@ -328,6 +332,7 @@ class PoolCore {
         stamp,
         calls: 0,
         retiring: false,
+        succeeded: false,
         idleTimer: undefined,
       };
       holder.worker = worker;
@@ -472,13 +477,30 @@ class PoolCore {
     worker.idleTimer = undefined;
     worker.calls++;
     worker.conn.send(call);
+    const limit = this.limits.maxTasksPerWorker;
+    if (limit === 0) return;
+    // The replacement starts while the worker serves its last tenth of calls,
+    // so that it is ready when the worker retires: no call waits for a start.
     if (
-      this.limits.maxTasksPerWorker > 0 &&
-      worker.calls >= this.limits.maxTasksPerWorker
+      !worker.succeeded &&
+      worker.calls >= limit - Math.max(1, Math.ceil(limit / 10))
     ) {
+      let leaving = 0;
+      for (const other of this.#workers) {
+        if (other.succeeded && !other.retiring) leaving++;
+      }
+      if (this.#live().length + this.#starting - leaving < this.limits.max) {
+        worker.succeeded = true;
+        this.#startWorker();
+      }
+    }
+    if (worker.calls >= limit) {
       this.#recycle(worker, "tasks");
-      // The replacement starts now, in the background, not when a call waits.
-      if (this.#live().length + this.#starting < this.limits.max) {
+      if (
+        !worker.succeeded &&
+        this.#live().length + this.#starting < this.limits.max
+      ) {
+        worker.succeeded = true;
         this.#startWorker();
       }
     }

@@ -9,6 +9,8 @@
 import { RESERVED_NAMES } from "../protocol/reserved.ts";
 import type { CallOptions } from "./options.ts";
 
+const RESERVED: ReadonlySet<string> = new Set(RESERVED_NAMES);
+
 /**
  * The handlers of a worker definition type (`typeof db`), or the type itself
  * when it is a plain interface of methods (for workers in other languages).
@@ -70,7 +72,7 @@ export function withProxy<T extends object, D>(
     get(target, property, receiver) {
       if (
         typeof property !== "string" || property in target ||
-        RESERVED_NAMES.includes(property)
+        RESERVED.has(property)
       ) {
         return Reflect.get(target, property, receiver);
       }

@@ -266,6 +266,12 @@ export function decodeMessage(frame: Frame): Message {
     case "shutdown-ack":
       return { type, id: requireControl(record, type) };
     default:
-      fail(`unknown type ${JSON.stringify(String(type))}`);
+      fail(
+        `unknown type ${
+          typeof type === "string"
+            ? JSON.stringify(type)
+            : `of kind ${typeof type}`
+        }`,
+      );
   }
 }

@@ -42,6 +42,12 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
   );
   let stdinOpen = true;
   let referenced = true;
+  // Release the stdin pipe as soon as the child is gone, not at the next
+  // garbage collection (a pool recycling workers would pile up fds).
+  child.status.finally(() => {
+    stdinOpen = false;
+    writer.abort().catch(() => {});
+  });
   return {
     pid,
     stdout: child.stdout,

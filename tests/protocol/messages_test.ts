@@ -145,8 +145,8 @@ describe("decodeMessage() refusals", () => {
 
   test("decodeMessage() refuses an unknown or missing type", () => {
     assertRefused({ type: "callx", id: 1 }, /unknown type "callx"/);
-    assertRefused({ id: 1 }, /unknown type "undefined"/);
-    assertRefused({ type: 5, id: 1 }, /unknown type "5"/);
+    assertRefused({ id: 1 }, /unknown type of kind undefined/);
+    assertRefused({ type: 5, id: 1 }, /unknown type of kind number/);
   });
 
   test("decodeMessage() refuses invalid request ids", () => {
