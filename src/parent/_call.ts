@@ -7,6 +7,7 @@
 
 import { encodeMessage } from "../protocol/messages.ts";
 import type { CallRecord } from "./connection.ts";
+import { type CallOptions, resolveCallOptions } from "./options.ts";
 
 let nextId = 1;
 
@@ -98,4 +99,28 @@ export function onCallAbort(call: PendingCall, onAbort: () => void): void {
   signal.addEventListener("abort", onAbort, { once: true });
   const remove = () => signal.removeEventListener("abort", onAbort);
   call.promise.then(remove, remove);
+}
+
+/**
+ * Checks a call's options against a mode's defaults and creates its record.
+ *
+ * @param op The op.
+ * @param args Its arguments.
+ * @param options The call's options.
+ * @param defaults The mode's call deadline and idempotent ops.
+ * @returns The record.
+ * @throws {TypeError} when an option or argument is invalid or cannot cross.
+ * @throws {RangeError} when a deadline is out of range.
+ */
+export function prepareCall(
+  op: string,
+  args: unknown[],
+  options: CallOptions | undefined,
+  defaults: { callTimeoutMs: number; idempotent: ReadonlySet<string> },
+): PendingCall {
+  const { timeoutMs, signal } = resolveCallOptions(
+    options,
+    defaults.callTimeoutMs,
+  );
+  return createCall(op, args, timeoutMs, signal, defaults.idempotent.has(op));
 }

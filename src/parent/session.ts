@@ -16,11 +16,10 @@ import {
   type ConnectionExit,
   crashError,
 } from "./connection.ts";
-import { createCall, onCallAbort, type PendingCall } from "./_call.ts";
+import { onCallAbort, type PendingCall, prepareCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
 import {
   type CallOptions,
-  resolveCallOptions,
   type ResolvedWorkerOptions,
   resolveWorkerOptions,
   type WorkerOptions,
@@ -225,17 +224,7 @@ class SessionCore implements ConnectionEvents {
     }
     let call: PendingCall;
     try {
-      const { timeoutMs, signal } = resolveCallOptions(
-        options,
-        this.options.callTimeoutMs,
-      );
-      call = createCall(
-        op,
-        args,
-        timeoutMs,
-        signal,
-        this.options.idempotent.has(op),
-      );
+      call = prepareCall(op, args, options, this.options);
     } catch (error: unknown) {
       return Promise.reject(error);
     }
