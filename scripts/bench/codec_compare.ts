@@ -167,11 +167,22 @@ contenders.push({
 });
 
 // cbor-x loads a native add-on that can take the whole process down (a
-// symbol lookup error on Deno), so it is tried in a child process first.
+// symbol lookup error on Deno), so it is tried in a child process first. It
+// is not a dependency of this repository (npm 11 refuses `npm ci` with its
+// optional add-on packages in the lockfile): `npm install --no-save cbor-x`
+// to include it. The specifier is computed so that neither runtime resolves
+// it before it is needed.
+const CBOR_X = ["cbor", "x"].join("-");
+interface CborX {
+  Encoder: new (options: { useRecords: boolean }) => {
+    encode(value: unknown): Uint8Array;
+    decode(bytes: Uint8Array): unknown;
+  };
+}
 const PROBE_FLAG = "--probe-cbor-x";
 const args = runtimeArgs();
 if (args.includes(PROBE_FLAG)) {
-  const { Encoder } = await import("cbor-x");
+  const { Encoder } = await import(CBOR_X) as CborX;
   const encoder = new Encoder({ useRecords: false });
   const rows = makePayload();
   const decoded = encoder.decode(encoder.encode(rows)) as Row[];
@@ -183,7 +194,7 @@ if (args.includes(PROBE_FLAG)) {
 const probe = probeChild(PROBE_FLAG);
 let cborNote = "";
 if (probe === "ok") {
-  const { Encoder } = await import("cbor-x");
+  const { Encoder } = await import(CBOR_X) as CborX;
   const encoder = new Encoder({ useRecords: false });
   contenders.push({
     name: "cbor-x",
@@ -195,7 +206,7 @@ if (probe === "ok") {
   });
 } else {
   cborNote =
-    `cbor-x skipped: its native add-on failed in a child process (${probe})`;
+    `cbor-x skipped: not installed, or its native add-on failed in a child process (${probe})`;
 }
 
 contenders.push({
