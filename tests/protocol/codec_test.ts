@@ -8,6 +8,7 @@ import {
   encodeValue,
 } from "../../src/protocol/codec.ts";
 import { ProtocolError } from "../../src/errors.ts";
+import { concat, difference } from "../reliability/_arbitraries.ts";
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -16,16 +17,6 @@ import { ProtocolError } from "../../src/errors.ts";
 const Float16 = (globalThis as {
   Float16Array?: new (buffer: ArrayBuffer) => ArrayBufferView;
 }).Float16Array;
-
-function concat(chunks: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.byteLength, 0));
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
-}
 
 /** Encodes and decodes a value through a frame-like payload. */
 function roundTrip(value: unknown, attachmentThresholdBytes?: number): unknown {
@@ -44,187 +35,6 @@ function bytes(...values: number[]): Uint8Array {
 
 function hex(data: Uint8Array): string {
   return Array.from(data, (b) => b.toString(16).padStart(2, "0")).join(" ");
-}
-
-function kindOf(v: object): string {
-  if (Array.isArray(v)) return "Array";
-  const proto: unknown = Object.getPrototypeOf(v);
-  if (proto === Object.prototype || proto === null) return "Object";
-  if (v instanceof Error) return "Error";
-  if (v instanceof DataView) return "DataView";
-  if (ArrayBuffer.isView(v)) {
-    return String((v as { [Symbol.toStringTag]?: string })[Symbol.toStringTag]);
-  }
-  for (
-    const [ctor, name] of [
-      [Date, "Date"],
-      [Map, "Map"],
-      [Set, "Set"],
-      [RegExp, "RegExp"],
-      [URL, "URL"],
-      [ArrayBuffer, "ArrayBuffer"],
-    ] as const
-  ) {
-    if (v instanceof ctor) return name;
-  }
-  return "other";
-}
-
-function viewBytes(v: ArrayBufferView | ArrayBuffer): Uint8Array {
-  return v instanceof ArrayBuffer
-    ? new Uint8Array(v)
-    : new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
-}
-
-const STANDARD_ERRORS: readonly unknown[] = [
-  Error,
-  TypeError,
-  RangeError,
-  SyntaxError,
-  ReferenceError,
-  EvalError,
-  URIError,
-  AggregateError,
-];
-
-function errorKeys(error: Error): string[] {
-  return Object.keys(error).filter((k) =>
-    k !== "name" && k !== "message" && k !== "stack" && k !== "cause"
-  );
-}
-
-/**
- * Exact structural equality: tells -0 from 0, bigint from number, typed
- * array kinds apart; compares Map/Set content in order, dates by time
- * (invalid included), errors by class, name, message, stack, cause and own
- * properties. Returns a description of the first difference, if any.
- */
-function difference(
-  actual: unknown,
-  expected: unknown,
-  path = "value",
-): string | undefined {
-  if (typeof actual !== typeof expected) {
-    return `${path}: ${typeof actual} instead of ${typeof expected}`;
-  }
-  if (
-    typeof expected !== "object" || expected === null || actual === null
-  ) {
-    return Object.is(actual, expected)
-      ? undefined
-      : `${path}: ${String(actual)} instead of ${String(expected)}`;
-  }
-  const a = actual as object;
-  const kind = kindOf(expected);
-  if (kindOf(a) !== kind) {
-    return `${path}: a ${kindOf(a)} instead of a ${kind}`;
-  }
-  switch (kind) {
-    case "Array": {
-      const x = a as unknown[];
-      const y = expected as unknown[];
-      if (x.length !== y.length) return `${path}: length ${x.length}`;
-      for (let i = 0; i < y.length; i++) {
-        const d = difference(x[i], y[i], `${path}[${i}]`);
-        if (d) return d;
-      }
-      return undefined;
-    }
-    case "Object": {
-      if (Object.getPrototypeOf(a) !== Object.prototype) {
-        return `${path}: prototype is not Object.prototype`;
-      }
-      const xk = Object.keys(a);
-      const yk = Object.keys(expected);
-      if (xk.join("\u0000") !== yk.join("\u0000")) {
-        return `${path}: keys ${JSON.stringify(xk)} instead of ${
-          JSON.stringify(yk)
-        }`;
-      }
-      for (const k of yk) {
-        const d = difference(
-          (a as Record<string, unknown>)[k],
-          (expected as Record<string, unknown>)[k],
-          `${path}.${k}`,
-        );
-        if (d) return d;
-      }
-      return undefined;
-    }
-    case "Date":
-      return Object.is((a as Date).getTime(), (expected as Date).getTime())
-        ? undefined
-        : `${path}: time ${(a as Date).getTime()} instead of ${
-          (expected as Date).getTime()
-        }`;
-    case "Map":
-    case "Set": {
-      const x = [...(a as Map<unknown, unknown>).entries()];
-      const y = [...(expected as Map<unknown, unknown>).entries()];
-      if (x.length !== y.length) return `${path}: size ${x.length}`;
-      return difference(x, y, `${path}.entries()`);
-    }
-    case "RegExp":
-      return String(a) === String(expected)
-        ? undefined
-        : `${path}: ${String(a)} instead of ${String(expected)}`;
-    case "URL":
-      return (a as URL).href === (expected as URL).href
-        ? undefined
-        : `${path}: ${String(a)}`;
-    case "Error": {
-      const x = a as Error;
-      const y = expected as Error;
-      const yClass = (Object.getPrototypeOf(y) as { constructor: unknown })
-        .constructor;
-      const xClass = (Object.getPrototypeOf(x) as { constructor: unknown })
-        .constructor;
-      const expectedClass = STANDARD_ERRORS.includes(yClass) ? yClass : Error;
-      if (xClass !== expectedClass) {
-        return `${path}: another error class`;
-      }
-      for (const field of ["name", "message", "stack"] as const) {
-        if (x[field] !== y[field]) {
-          return `${path}.${field}: ${JSON.stringify(x[field])} instead of ${
-            JSON.stringify(y[field])
-          }`;
-        }
-      }
-      if (Object.hasOwn(x, "cause") !== Object.hasOwn(y, "cause")) {
-        return `${path}.cause: presence differs`;
-      }
-      const d = difference(x.cause, y.cause, `${path}.cause`);
-      if (d) return d;
-      if (y instanceof AggregateError) {
-        const e = difference(
-          (x as AggregateError).errors,
-          y.errors,
-          `${path}.errors`,
-        );
-        if (e) return e;
-      }
-      const props = (e: Error): Record<string, unknown> =>
-        Object.fromEntries(
-          errorKeys(e).map((
-            k,
-          ) => [k, (e as unknown as Record<string, unknown>)[k]]),
-        );
-      const xk = errorKeys(x);
-      const yk = errorKeys(y);
-      if (xk.join("\u0000") !== yk.join("\u0000")) {
-        return `${path}: own keys ${JSON.stringify(xk)} instead of ${
-          JSON.stringify(yk)
-        }`;
-      }
-      return difference(props(x), props(y), path);
-    }
-    default: {
-      // ArrayBuffer, DataView and typed arrays: same kind, same bytes.
-      const x = viewBytes(a as ArrayBufferView);
-      const y = viewBytes(expected as ArrayBufferView);
-      return hex(x) === hex(y) ? undefined : `${path}: bytes differ`;
-    }
-  }
 }
 
 function assertSame(actual: unknown, expected: unknown): void {
