@@ -311,12 +311,20 @@ export class Connection {
     call.written = true;
     this.#pending.set(call.id, call);
     this.#syncRef();
+    if (call.timeoutMs > 0) {
+      // The deadline counts from when the call is written. Until the write
+      // completes it also counts from now, so a worker that stopped reading
+      // its stdin (a full pipe) cannot hold the call forever.
+      const startedAt = Date.now();
+      const at = startedAt + call.timeoutMs;
+      this.#timers.set(call.id, { call, startedAt, at });
+      if (at < this.#deadlineAt) this.#armDeadline(at);
+    }
     this.#child.write(call.chunks).then(() => {
-      if (call.timeoutMs > 0 && this.#pending.get(call.id) === call) {
-        const startedAt = Date.now();
-        const at = startedAt + call.timeoutMs;
-        this.#timers.set(call.id, { call, startedAt, at });
-        if (at < this.#deadlineAt) this.#armDeadline(at);
+      const deadline = this.#timers.get(call.id);
+      if (deadline && deadline.call === call) {
+        deadline.startedAt = Date.now();
+        deadline.at = deadline.startedAt + call.timeoutMs;
       }
     }, () => {
       // The pipe broke: the exit handler reports the call as lost.

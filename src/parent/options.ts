@@ -97,7 +97,9 @@ export interface WorkerOptions {
   config?: string | URL;
   /**
    * Deadline of each call, in milliseconds, counted from when the call is
-   * written to the worker (not while it waits). A call past it rejects with
+   * written to the worker (not while it waits for a worker; a write that
+   * cannot complete because the worker stopped reading counts). A call past
+   * it rejects with
    * `WorkerTimeoutError`; two in a row replace the worker. `0` disables it.
    * Overridable per call.
    *

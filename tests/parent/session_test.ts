@@ -236,6 +236,32 @@ describe("session() timeouts and cancellation", () => {
     assert.ok(s.stats().timeouts >= 3);
   });
 
+  test("session() a call whose write blocks because the worker stopped reading still times out", async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      cancelGraceMs: 100,
+    });
+    const wedged = s.call("busy", [20_000], { timeoutMs: 60_000 }).catch((
+      e,
+    ) => e);
+    await until(() => s.stats().inFlight === 1, 10_000, "busy call written");
+    // 8 MiB cannot fit in the pipe while the worker spins in synchronous code.
+    const big = new Uint8Array(8 * 1024 * 1024);
+    const error = await within(
+      s.call("echo", [big], { timeoutMs: 300 }).catch((e) => e),
+      10_000,
+      "the blocked call",
+    );
+    assert.ok(error instanceof WorkerTimeoutError, String(error));
+    assert.equal(error.op, "echo");
+    s.call("hang", [], { timeoutMs: 100 }).catch(() => {});
+    assert.ok(
+      (await within(wedged, 10_000, "the wedged call")) instanceof
+        WorkerCrashedError,
+      "two timeouts in a row replace the wedged worker",
+    );
+  });
+
   test("session() abort rejects with signal.reason at once and the handler's signal fires", async () => {
     const dir = scratch();
     try {
