@@ -42,6 +42,14 @@ export interface EncodeValueOptions {
    * @default {65536}
    */
   attachmentThresholdBytes?: number | undefined;
+  /**
+   * Bytes left free (zero) at the start of `head`, before the CBOR item, for
+   * the caller to fill in (the frame header), so that head and header need
+   * no second copy. At most 64.
+   *
+   * @default {0}
+   */
+  prefixBytes?: number | undefined;
 }
 
 /** Containers (arrays, objects, maps, sets, errors) nest at most this deep. */
@@ -197,8 +205,17 @@ export function encodeValue(
     buf = new Uint8Array(INITIAL_SCRATCH_BYTES);
     view = new DataView(buf.buffer);
   }
+  const prefix = options?.prefixBytes ?? 0;
+  if (!Number.isInteger(prefix) || prefix < 0 || prefix > 64) {
+    throw new RangeError(
+      `Cannot encode value: prefixBytes must be a whole number from 0 to 64, received ${
+        String(prefix)
+      }`,
+    );
+  }
   busy = true;
-  pos = 0;
+  buf.fill(0, 0, prefix);
+  pos = prefix;
   threshold = limit;
   attachments = [];
   attachmentBytes = 0;

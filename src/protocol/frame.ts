@@ -99,6 +99,29 @@ export function frameChunks(
   return attachments.length === 0 ? [first] : [first, ...attachments];
 }
 
+/**
+ * Frames a message whose head was encoded after {@linkcode FRAME_HEADER_BYTES}
+ * free bytes (`prefixBytes`): the header is written into them, so the head
+ * is not copied again.
+ *
+ * @param prefixed The header space followed by the encoded message.
+ * @param attachments The attachment area, in order.
+ * @param attachmentBytes Total bytes of `attachments`.
+ * @returns The chunks to write, in order.
+ */
+export function frameInPlace(
+  prefixed: Uint8Array,
+  attachments: readonly Uint8Array[],
+  attachmentBytes: number,
+): Uint8Array[] {
+  writeFrameHeader(
+    prefixed,
+    prefixed.byteLength - FRAME_HEADER_BYTES,
+    attachmentBytes,
+  );
+  return attachments.length === 0 ? [prefixed] : [prefixed, ...attachments];
+}
+
 /** What {@linkcode FrameReader.end} found at end-of-file. */
 export interface FrameReaderEnd {
   /** A frame was cut short: how many payload bytes it claimed and how many arrived. */

@@ -8,7 +8,12 @@
 
 import { ProtocolError } from "../errors.ts";
 import { decodeValue, encodeValue } from "./codec.ts";
-import { type Frame, frameChunks, PROTOCOL_VERSION } from "./frame.ts";
+import {
+  type Frame,
+  FRAME_HEADER_BYTES,
+  frameInPlace,
+  PROTOCOL_VERSION,
+} from "./frame.ts";
 
 /** The request id reserved for control messages. */
 export const CONTROL_ID = 0;
@@ -123,8 +128,8 @@ export type Message = WorkerMessage | ParentMessage;
  * @throws {TypeError} when a value in it cannot cross, naming where it sits.
  */
 export function encodeMessage(message: Message): Uint8Array[] {
-  const encoded = encodeValue(message);
-  return frameChunks(
+  const encoded = encodeValue(message, { prefixBytes: FRAME_HEADER_BYTES });
+  return frameInPlace(
     encoded.head,
     encoded.attachments,
     encoded.attachmentBytes,
