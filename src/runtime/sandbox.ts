@@ -154,6 +154,65 @@ export interface SandboxPlan {
   ): { code: number | null; signal: string | null };
 }
 
+let located: string | null | undefined;
+
+/**
+ * The bubblewrap binary on Linux, looked up on `path` once per process.
+ *
+ * @param path The PATH to search (default `/usr/bin:/bin`).
+ * @returns Its path, or `undefined` (always on other systems).
+ */
+export function locateBwrap(path: string | undefined): string | undefined {
+  if (located === undefined) {
+    located = process.platform === "linux"
+      ? findBwrap({ PATH: path ?? "/usr/bin:/bin" }) ?? null
+      : null;
+  }
+  return located ?? undefined;
+}
+
+/** Options of {@linkcode sandboxedArgv}. */
+export interface SandboxedArgvOptions {
+  /** The bubblewrap binary. */
+  bwrap: string;
+  /** The runtime binary (symlinks are resolved here). */
+  runtimeBinary: string;
+  /** The command to run inside. */
+  command: readonly string[];
+  /** Read-only mounts for the worker's code. */
+  readOnly: readonly string[];
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's whole environment. */
+  env: Readonly<Record<string, string>>;
+  /** The worker's working directory. */
+  cwd: string;
+}
+
+/**
+ * The bubblewrap argv for a worker command with the given permissions: the
+ * one place that maps permissions onto {@linkcode bwrapArgv}.
+ *
+ * @param options The command, mounts, permissions, environment and cwd.
+ * @returns The whole argv, starting with the bubblewrap binary.
+ */
+export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
+  const permissions = options.permissions;
+  return bwrapArgv({
+    bwrap: options.bwrap,
+    runtimeBinary: realpathSync(options.runtimeBinary),
+    command: options.command,
+    readOnly: options.readOnly,
+    read: permissions.read,
+    write: permissions.write,
+    net: isGranted(permissions.net),
+    run: permissions.run,
+    ffi: permissions.ffi,
+    env: options.env,
+    cwd: options.cwd,
+  });
+}
+
 /**
  * Finds the bubblewrap binary on PATH.
  *

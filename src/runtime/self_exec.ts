@@ -20,7 +20,6 @@
  * @module
  */
 
-import { realpathSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
@@ -28,14 +27,13 @@ import { PermissionError, WorkerStartError } from "../errors.ts";
 import { detectRuntime } from "./detect.ts";
 import {
   denoPermissionFlags,
-  isGranted,
   type ResolvedPermissions,
 } from "./permissions.ts";
 import {
-  bwrapArgv,
   denoCacheMounts,
-  findBwrap,
+  locateBwrap,
   sandboxDecision,
+  sandboxedArgv,
   workerMounts,
 } from "./sandbox.ts";
 import type { RuntimeAdapter, RuntimeName } from "./types.ts";
@@ -254,17 +252,6 @@ export interface SelfExecCommand {
   wrapped: boolean;
 }
 
-let bwrapPath: string | null | undefined;
-
-function bwrap(adapter: RuntimeAdapter): string | undefined {
-  if (bwrapPath === undefined) {
-    bwrapPath = process.platform === "linux"
-      ? findBwrap({ PATH: adapter.env("PATH") ?? "/usr/bin:/bin" }) ?? null
-      : null;
-  }
-  return bwrapPath ?? undefined;
-}
-
 function startError(label: string, detail: string): WorkerStartError {
   return new WorkerStartError({ module: label, failure: "spawn", detail });
 }
@@ -392,7 +379,7 @@ export function selfExecCommand(
     runtime: compiledDeno ? "bun" : adapter.name,
     sandbox: input.sandbox,
     permissions: input.permissions,
-    bwrap: bwrap(adapter),
+    bwrap: locateBwrap(adapter.env("PATH")),
     platform: process.platform,
   });
   if ("error" in decision) {
@@ -403,21 +390,16 @@ export function selfExecCommand(
       { module: input.label, permission: decision.permission },
     );
   }
-  const bwrapBinary = bwrap(adapter);
+  const bwrapBinary = locateBwrap(adapter.env("PATH"));
   if (!decision.use || !bwrapBinary) return { argv, wrapped: false };
   if (code.denoDir) env.DENO_DIR = code.denoDir;
-  const permissions = input.permissions;
   return {
-    argv: bwrapArgv({
+    argv: sandboxedArgv({
       bwrap: bwrapBinary,
-      runtimeBinary: realpathSync(binary),
+      runtimeBinary: binary,
       command: argv,
       readOnly: code.readOnly,
-      read: permissions.read,
-      write: permissions.write,
-      net: isGranted(permissions.net),
-      run: permissions.run,
-      ffi: permissions.ffi,
+      permissions: input.permissions,
       env,
       cwd: input.cwd,
     }),

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { existsSync, realpathSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { basename, delimiter, dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
@@ -16,13 +16,12 @@ import { signalName } from "./_signals.ts";
 import { selfExecCommand } from "./self_exec.ts";
 import {
   denoPermissionFlags,
-  isGranted,
   type ResolvedPermissions,
 } from "./permissions.ts";
 import {
-  bwrapArgv,
-  findBwrap,
+  locateBwrap,
   sandboxDecision,
+  sandboxedArgv,
   workerMounts,
 } from "./sandbox.ts";
 
@@ -373,8 +372,6 @@ export function buildWorkerCommand(
   };
 }
 
-let bwrapPath: string | null | undefined;
-
 /**
  * Wraps a worker command in bubblewrap when the sandbox applies (see
  * `sandboxDecision`), or refuses permissions nothing can enforce here.
@@ -386,16 +383,12 @@ function planSandbox(
   argv: string[],
   env: Record<string, string>,
 ): string[] | undefined {
-  if (bwrapPath === undefined) {
-    bwrapPath = process.platform === "linux"
-      ? findBwrap({ PATH: adapter.env("PATH") ?? "/usr/bin:/bin" }) ?? null
-      : null;
-  }
+  const bwrap = locateBwrap(adapter.env("PATH"));
   const decision = sandboxDecision({
     runtime: input.runtime,
     sandbox: input.sandbox,
     permissions: input.permissions,
-    bwrap: bwrapPath ?? undefined,
+    bwrap,
     platform: process.platform,
   });
   if ("error" in decision) {
@@ -404,7 +397,7 @@ function planSandbox(
       permission: decision.permission,
     });
   }
-  if (!decision.use || !bwrapPath) return undefined;
+  if (!decision.use || !bwrap) return undefined;
   const moduleUrl = input.moduleUrl;
   const entry = workerEntryUrl();
   const mounts = workerMounts({
@@ -417,17 +410,12 @@ function planSandbox(
     env: { ...adapter.environment(), ...env },
   });
   if (mounts.denoDir) env.DENO_DIR = mounts.denoDir;
-  const permissions = input.permissions;
-  return bwrapArgv({
-    bwrap: bwrapPath,
-    runtimeBinary: realpathSync(binary),
+  return sandboxedArgv({
+    bwrap,
+    runtimeBinary: binary,
     command: argv,
     readOnly: mounts.readOnly,
-    read: permissions.read,
-    write: permissions.write,
-    net: isGranted(permissions.net),
-    run: permissions.run,
-    ffi: permissions.ffi,
+    permissions: input.permissions,
     env,
     cwd: input.cwd,
   });
