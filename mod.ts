@@ -65,6 +65,7 @@ export {
 export {
   type PathsOption,
   type RecycleCounts,
+  type StateOptions,
   type StateScope,
   stateScope,
 } from "./src/parent/state_scope.ts";

@@ -29,14 +29,13 @@ import {
 } from "./options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
 import {
-  type PathsOption,
   type RecycleCounts,
-  resolvePaths,
-  resolveScopes,
+  resolveTracker,
   type StaleCause,
-  type StateScope,
+  STATE_OPTION_KEYS,
+  type StateOptions,
   type StateStamp,
-  StateTracker,
+  type StateTracker,
 } from "./state_scope.ts";
 
 /** Default idle time after which workers above `min` are stopped: 60 s. */
@@ -45,7 +44,7 @@ export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
 export const DEFAULT_MAX_QUEUE = 10_000;
 
 /** Options of {@linkcode pool}. */
-export interface PoolOptions extends WorkerOptions {
+export interface PoolOptions extends WorkerOptions, StateOptions {
   /**
    * Most worker processes at once. A worker retiring after
    * `maxTasksPerWorker` or `maxRssBytes` may briefly coexist with its
@@ -105,23 +104,6 @@ export interface PoolOptions extends WorkerOptions {
    * @default {1}
    */
   concurrency?: number;
-  /**
-   * Paths (files or directories) the workers' state depends on. Their
-   * identity (device and inode, or absence) is recorded when each worker
-   * starts and checked before each call; a worker whose paths changed
-   * (deleted, recreated, replaced by rename) takes no more calls and is
-   * replaced, so the call runs on a fresh worker. See docs/modes.md.
-   *
-   * @default {[]}
-   */
-  watch?: PathsOption;
-  /**
-   * State scopes this pool is bound to: their paths are watched, and their
-   * `invalidate()` recycles this pool's workers.
-   *
-   * @default {[]}
-   */
-  scope?: StateScope | readonly StateScope[];
 }
 
 /** Options of {@linkcode Pool.close}. */
@@ -686,8 +668,7 @@ export function pool<D = unknown>(
 ): Pool<D> {
   const adapter = detect();
   const resolved = resolveWorkerOptions(module, options, adapter, [
-    "watch",
-    "scope",
+    ...STATE_OPTION_KEYS,
     "max",
     "min",
     "prewarm",
@@ -698,9 +679,9 @@ export function pool<D = unknown>(
     "concurrency",
   ]);
   const limits = resolvePoolOptions(options);
-  const tracker = new StateTracker(
-    resolvePaths(options.watch, resolved.cwd, "watch"),
-    resolveScopes(options.scope),
+  const tracker = resolveTracker(
+    options,
+    resolved.cwd,
     (path) => adapter.pathIdentity(path),
   );
   const core = new PoolCore(resolved, limits, adapter, tracker);

@@ -26,36 +26,16 @@ import {
 } from "./options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
 import {
-  type PathsOption,
   type RecycleCounts,
-  resolvePaths,
-  resolveScopes,
-  type StateScope,
+  resolveTracker,
+  STATE_OPTION_KEYS,
+  type StateOptions,
   type StateStamp,
-  StateTracker,
+  type StateTracker,
 } from "./state_scope.ts";
 
 /** Options of {@linkcode session}. */
-export interface SessionOptions extends WorkerOptions {
-  /**
-   * Paths (files or directories) the worker's state depends on. Their
-   * identity (device and inode, or absence) is recorded when each worker
-   * starts and checked (one `stat` per path) before each call; when one
-   * changed (deleted, recreated, replaced by rename) the worker is replaced
-   * before the call runs: calls already running finish on the old worker,
-   * `setup` is replayed on the new one. See docs/modes.md.
-   *
-   * @default {[]}
-   */
-  watch?: PathsOption;
-  /**
-   * State scopes this session is bound to: their paths are watched, and
-   * their `invalidate()` replaces this session's worker.
-   *
-   * @default {[]}
-   */
-  scope?: StateScope | readonly StateScope[];
-}
+export interface SessionOptions extends WorkerOptions, StateOptions {}
 
 /** What {@linkcode Session.stats} reports. */
 export interface SessionStats {
@@ -400,13 +380,15 @@ export async function session<D = unknown>(
   options: SessionOptions = {},
 ): Promise<Session<D>> {
   const adapter = detect();
-  const resolved = resolveWorkerOptions(module, options, adapter, [
-    "watch",
-    "scope",
-  ]);
-  const tracker = new StateTracker(
-    resolvePaths(options.watch, resolved.cwd, "watch"),
-    resolveScopes(options.scope),
+  const resolved = resolveWorkerOptions(
+    module,
+    options,
+    adapter,
+    STATE_OPTION_KEYS,
+  );
+  const tracker = resolveTracker(
+    options,
+    resolved.cwd,
     (path) => adapter.pathIdentity(path),
   );
   const core = new SessionCore(resolved, adapter, tracker);

@@ -237,3 +237,50 @@ export function resolveScopes(value: unknown): StateScope[] {
     return scope;
   });
 }
+
+/** The stale-state options of sessions and pools. */
+export interface StateOptions {
+  /**
+   * Paths (files or directories) the workers' state depends on. Their
+   * identity (device, inode and birth time, or absence) is recorded when each
+   * worker starts and checked (one `stat` per path) before each call; a
+   * worker whose paths changed (deleted, recreated, replaced by rename) takes
+   * no more calls and is replaced before the call runs: calls already running
+   * finish on the old worker, `setup` is replayed on the new one. See
+   * docs/modes.md.
+   *
+   * @default {[]}
+   */
+  watch?: PathsOption;
+  /**
+   * State scopes the session or pool is bound to: their paths are watched,
+   * and their `invalidate()` replaces its workers.
+   *
+   * @default {[]}
+   */
+  scope?: StateScope | readonly StateScope[];
+}
+
+/** The keys of {@linkcode StateOptions}, for option checks. */
+export const STATE_OPTION_KEYS: readonly string[] = ["watch", "scope"];
+
+/**
+ * Builds the tracker of a session or pool from its options.
+ *
+ * @param options The `watch` and `scope` options.
+ * @param cwd What relative watch paths resolve against.
+ * @param identity The runtime's path identity (`stat`).
+ * @returns The tracker.
+ * @throws {TypeError} when a path or scope is invalid.
+ */
+export function resolveTracker(
+  options: StateOptions,
+  cwd: string,
+  identity: (path: string) => string,
+): StateTracker {
+  return new StateTracker(
+    resolvePaths(options.watch, cwd, "watch"),
+    resolveScopes(options.scope),
+    identity,
+  );
+}
