@@ -291,8 +291,11 @@ class PoolCore {
     for (let i = 0; i < limits.prewarm; i++) this.#startWorker();
   }
 
-  #live(): PoolWorker[] {
-    return [...this.#workers].filter((worker) => !worker.retiring);
+  /** Workers that take calls (not retiring). Counted on every answer: no array. */
+  #liveCount(): number {
+    let live = 0;
+    for (const worker of this.#workers) if (!worker.retiring) live++;
+    return live;
   }
 
   #startWorker(): void {
@@ -330,7 +333,7 @@ class PoolCore {
       }
     }, (error: unknown) => {
       this.#starting--;
-      if (this.#live().length === 0) {
+      if (this.#liveCount() === 0) {
         // Nothing can serve the queue (launchWorker already retried): fail
         // it rather than respawn in a loop. The next call tries again.
         const queued = this.#queue;
@@ -398,7 +401,7 @@ class PoolCore {
     worker.idleTimer = setTimeout(() => {
       worker.idleTimer = undefined;
       if (worker.retiring || worker.conn.occupancy > 0) return;
-      if (this.#live().length <= this.limits.min) return;
+      if (this.#liveCount() <= this.limits.min) return;
       this.#stats.reaped++;
       this.#retire(worker);
     }, this.limits.idleTimeoutMs);
@@ -445,7 +448,7 @@ class PoolCore {
       this.#dispatch(best, call);
     }
     // Start workers for what is still queued, within max.
-    const live = this.#live().length;
+    const live = this.#liveCount();
     let wanted = Math.min(
       Math.ceil(this.#queue.length / this.limits.concurrency) - this.#starting,
       this.limits.max - live - this.#starting,
@@ -470,7 +473,7 @@ class PoolCore {
       for (const other of this.#workers) {
         if (other.succeeded && !other.retiring) leaving++;
       }
-      if (this.#live().length + this.#starting - leaving < this.limits.max) {
+      if (this.#liveCount() + this.#starting - leaving < this.limits.max) {
         worker.succeeded = true;
         this.#startWorker();
       }
@@ -479,7 +482,7 @@ class PoolCore {
       this.#recycle(worker, "tasks");
       if (
         !worker.succeeded &&
-        this.#live().length + this.#starting < this.limits.max
+        this.#liveCount() + this.#starting < this.limits.max
       ) {
         worker.succeeded = true;
         this.#startWorker();
