@@ -100,7 +100,7 @@ export type {
   Permissions,
   PermissionsOption,
 } from "./src/runtime/permissions.ts";
-export { type CustomType, registerType } from "./src/protocol/codec.ts";
+export { type CustomType, registerType } from "./src/protocol/register_type.ts";
 
 // A program that started itself as a worker (a compiled executable, or
 // AIRLOCK_SELF_EXEC=1) serves the worker module here, and its own main code,

@@ -35,4 +35,4 @@ export {
   RESERVED_NAMES,
   type WorkerDefinition,
 } from "./src/worker/define_worker.ts";
-export { type CustomType, registerType } from "./src/protocol/codec.ts";
+export { type CustomType, registerType } from "./src/protocol/register_type.ts";

@@ -3,7 +3,7 @@
  * Fuzzes the frame reader and the message decoder with fast-check: random
  * byte streams, mutated frame streams, hostile headers (lengths up to
  * 0xFFFFFFFF) and random or mutated message heads. The invariants are in
- * tests/reliability/_fuzz.ts.
+ * tests/protocol/_fuzz.ts.
  *
  * Usage: `deno task fuzz [--cases N] [--seed S]` (default 100,000 cases in
  * all, split over the targets; a fresh seed, printed, to replay a failure).
@@ -14,7 +14,7 @@
 
 import fc from "fast-check";
 import process from "node:process";
-import { fuzzTargets } from "../tests/reliability/_fuzz.ts";
+import { fuzzTargets } from "../tests/protocol/_fuzz.ts";
 
 function option(name: string, fallback: number): number {
   const args = process.argv.slice(2);

@@ -13,7 +13,8 @@
 
 import superjson from "superjson";
 import { Packr } from "msgpackr";
-import { decodeValue, encodeValue } from "../../src/protocol/codec.ts";
+import { decodeValue } from "../../src/protocol/decode_value.ts";
+import { encodeValue } from "../../src/protocol/encode_value.ts";
 
 const ROWS = 1000;
 const WARMUP_ROUNDS = 20;

@@ -14,7 +14,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { oneShot, pool, session } from "../../mod.ts";
-import { decodeValue, encodeValue } from "../../src/protocol/codec.ts";
+import { decodeValue } from "../../src/protocol/decode_value.ts";
+import { encodeValue } from "../../src/protocol/encode_value.ts";
 import { FloorClient } from "./_floor_client.ts";
 import {
   cpuMs,

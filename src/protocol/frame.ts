@@ -80,26 +80,6 @@ function readUint32(data: Uint8Array, at: number): number {
 const NO_AREA = new Uint8Array(0);
 
 /**
- * Frames an encoded message: one buffer holding the header and the head,
- * then the attachments as they are (no copy).
- *
- * @param head The encoded message.
- * @param attachments The attachment area, in order.
- * @param attachmentBytes Total bytes of `attachments`.
- * @returns The chunks to write, in order.
- */
-export function frameChunks(
-  head: Uint8Array,
-  attachments: readonly Uint8Array[],
-  attachmentBytes: number,
-): Uint8Array[] {
-  const first = new Uint8Array(FRAME_HEADER_BYTES + head.byteLength);
-  writeFrameHeader(first, head.byteLength, attachmentBytes);
-  first.set(head, FRAME_HEADER_BYTES);
-  return attachments.length === 0 ? [first] : [first, ...attachments];
-}
-
-/**
  * Frames a message whose head was encoded after {@linkcode FRAME_HEADER_BYTES}
  * free bytes (`prefixBytes`): the header is written into them, so the head
  * is not copied again.

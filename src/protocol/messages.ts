@@ -7,7 +7,8 @@
  */
 
 import { ProtocolError } from "../errors.ts";
-import { decodeValue, encodeValue } from "./codec.ts";
+import { decodeValue } from "./decode_value.ts";
+import { encodeValue } from "./encode_value.ts";
 import {
   type Frame,
   FRAME_HEADER_BYTES,
@@ -120,15 +121,34 @@ export type ParentMessage = CallMessage | CancelMessage | ShutdownMessage;
 /** Every message of the protocol. */
 export type Message = WorkerMessage | ParentMessage;
 
+/** Options of {@linkcode encodeMessage}. */
+export interface EncodeMessageOptions {
+  /**
+   * Binary values of at least this many bytes travel as attachments after
+   * the head instead of inside it.
+   *
+   * @default {65536}
+   */
+  attachmentThresholdBytes?: number | undefined;
+}
+
 /**
  * Encodes a message into the chunks of one frame.
  *
  * @param message The message.
- * @returns The chunks to write, in order.
+ * @param options The attachment threshold.
+ * @returns The chunks to write, in order: the header and head in one
+ * buffer, then the attachments as they are (no copy).
  * @throws {TypeError} when a value in it cannot cross, naming where it sits.
  */
-export function encodeMessage(message: Message): Uint8Array[] {
-  const encoded = encodeValue(message, { prefixBytes: FRAME_HEADER_BYTES });
+export function encodeMessage(
+  message: Message,
+  options?: EncodeMessageOptions,
+): Uint8Array[] {
+  const encoded = encodeValue(message, {
+    prefixBytes: FRAME_HEADER_BYTES,
+    attachmentThresholdBytes: options?.attachmentThresholdBytes,
+  });
   return frameInPlace(
     encoded.head,
     encoded.attachments,

@@ -2,13 +2,13 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import fc from "fast-check";
+import { decodeValue } from "../../src/protocol/decode_value.ts";
 import {
   ATTACHMENT_THRESHOLD_BYTES,
-  decodeValue,
   encodeValue,
-} from "../../src/protocol/codec.ts";
+} from "../../src/protocol/encode_value.ts";
 import { ProtocolError } from "../../src/errors.ts";
-import { concat, difference } from "../reliability/_arbitraries.ts";
+import { concat, difference } from "./_arbitraries.ts";
 
 // ---------------------------------------------------------------------------
 // Helpers

@@ -26,13 +26,13 @@ import {
   noiseArb,
   split,
   valueArb,
-} from "../reliability/_arbitraries.ts";
+} from "./_arbitraries.ts";
 import {
   allocatedBytes,
   allocationLimit,
   fuzzTargets,
   readStream,
-} from "../reliability/_fuzz.ts";
+} from "./_fuzz.ts";
 
 function assertSame(actual: unknown, expected: unknown): void {
   const d = difference(actual, expected);

@@ -2,15 +2,15 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { ProtocolError } from "../../src/errors.ts";
-import { encodeValue } from "../../src/protocol/codec.ts";
+import { encodeValue } from "../../src/protocol/encode_value.ts";
 import {
   decodeMessage,
   encodeMessage,
   type Message,
 } from "../../src/protocol/messages.ts";
 import { FRAME_HEADER_BYTES } from "../../src/protocol/frame.ts";
-import { concat, difference, messageArb } from "../reliability/_arbitraries.ts";
-import { checkMessage, fuzzTargets } from "../reliability/_fuzz.ts";
+import { concat, difference, messageArb } from "./_arbitraries.ts";
+import { checkMessage, fuzzTargets } from "./_fuzz.ts";
 
 /** Decodes a head that holds `value`, as a frame would carry it. */
 function decodeRecord(value: unknown): Message {

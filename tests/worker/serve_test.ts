@@ -7,7 +7,7 @@ import fc from "fast-check";
 
 import type { Message } from "../../src/protocol/messages.ts";
 import { checkNoLeaks, RUNTIME, within } from "../_helpers.ts";
-import { difference, valueArb } from "../reliability/_arbitraries.ts";
+import { difference, valueArb } from "../protocol/_arbitraries.ts";
 import { spawnRawWorker } from "./_raw_worker.ts";
 
 checkNoLeaks();

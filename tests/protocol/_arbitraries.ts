@@ -8,8 +8,7 @@
  */
 
 import fc from "fast-check";
-import { encodeValue } from "../../src/protocol/codec.ts";
-import { FRAME_MAGIC, frameChunks } from "../../src/protocol/frame.ts";
+import { FRAME_MAGIC } from "../../src/protocol/frame.ts";
 import { encodeMessage, type Message } from "../../src/protocol/messages.ts";
 
 const Float16 = (globalThis as {
@@ -268,13 +267,7 @@ export function frameBytes(
   message: Message,
   attachmentThresholdBytes?: number,
 ): Uint8Array {
-  if (attachmentThresholdBytes === undefined) {
-    return concat(encodeMessage(message));
-  }
-  const encoded = encodeValue(message, { attachmentThresholdBytes });
-  return concat(
-    frameChunks(encoded.head, encoded.attachments, encoded.attachmentBytes),
-  );
+  return concat(encodeMessage(message, { attachmentThresholdBytes }));
 }
 
 /**

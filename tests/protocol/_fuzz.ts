@@ -22,7 +22,7 @@ import fc from "fast-check";
 import { readFileSync } from "node:fs";
 import process from "node:process";
 import { ProtocolError } from "../../src/errors.ts";
-import { encodeValue } from "../../src/protocol/codec.ts";
+import { encodeValue } from "../../src/protocol/encode_value.ts";
 import {
   type Frame,
   FRAME_HEADER_BYTES,

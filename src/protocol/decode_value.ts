@@ -1,0 +1,603 @@
+/**
+ * The decoder of the value codec: a strict CBOR (RFC 8949) reader for
+ * exactly the value table of `docs/PROTOCOL.md`. Anything that is not a
+ * well-formed head of this protocol throws a {@linkcode ProtocolError}, and
+ * no claimed length is trusted before it has been checked against the bytes
+ * that are really there.
+ *
+ * @module
+ */
+
+import { ProtocolError } from "../errors.ts";
+import {
+  LITTLE_ENDIAN,
+  MAX_DEPTH,
+  SAFE_HI_LIMIT,
+  swapBytes,
+  TAG_ARRAY_BUFFER,
+  TAG_ATTACHMENT,
+  TAG_BIGNUM,
+  TAG_CUSTOM,
+  TAG_DATA_VIEW,
+  TAG_DATE,
+  TAG_ERROR,
+  TAG_MAP,
+  TAG_NEGATIVE_BIGNUM,
+  TAG_REGEXP,
+  TAG_SET,
+  TAG_URL,
+  TWO_POW_32,
+  TYPED_ARRAY_BY_TAG,
+  type TypedArrayConstructor,
+  URL_CLASS,
+} from "./_tags.ts";
+import { customTypeByName } from "./register_type.ts";
+import { buildError } from "./wire_error.ts";
+
+const textDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const EMPTY_BYTES = new Uint8Array(0);
+const EMPTY_VIEW = new DataView(EMPTY_BYTES.buffer);
+
+let data: Uint8Array = EMPTY_BYTES;
+let dataView: DataView = EMPTY_VIEW;
+let at = 0;
+let end = 0;
+let area: Uint8Array = EMPTY_BYTES;
+
+const TEXT_CACHE_BITS = 10;
+const TEXT_CACHE_SHIFT = 32 - TEXT_CACHE_BITS;
+const textCache: (string | undefined)[] = new Array<string | undefined>(
+  1 << TEXT_CACHE_BITS,
+).fill(undefined);
+const textCacheA = new Int32Array(1 << TEXT_CACHE_BITS);
+const textCacheB = new Int32Array(1 << TEXT_CACHE_BITS);
+
+/**
+ * Decodes a CBOR head written by {@linkcode encodeValue} (or by another
+ * writer that follows `docs/PROTOCOL.md`).
+ *
+ * Binary values are views into `head` or `attachmentArea` when their
+ * alignment allows (no copy), copies otherwise; an `ArrayBuffer` is always a
+ * copy. Integers beyond the safe range decode as `bigint`.
+ *
+ * @param head The CBOR bytes: exactly one data item.
+ * @param attachmentArea The bytes after the head in the frame payload.
+ * @returns The decoded value.
+ * @throws {ProtocolError} when the bytes are not one well-formed value of the
+ * protocol: truncated, trailing bytes, indefinite lengths, reserved or
+ * unknown codes, unknown tags, invalid UTF-8, nesting deeper than 512, an
+ * attachment range outside the area, and so on.
+ */
+export function decodeValue(
+  head: Uint8Array,
+  attachmentArea?: Uint8Array,
+): unknown {
+  // Byte strings decode as plain Uint8Array views, even from a Node Buffer.
+  data = head.constructor === Uint8Array
+    ? head
+    : new Uint8Array(head.buffer, head.byteOffset, head.byteLength);
+  dataView = new DataView(data.buffer, data.byteOffset, data.byteLength);
+  at = 0;
+  end = data.length;
+  area = attachmentArea === undefined
+    ? EMPTY_BYTES
+    : attachmentArea.constructor === Uint8Array
+    ? attachmentArea
+    : new Uint8Array(
+      attachmentArea.buffer,
+      attachmentArea.byteOffset,
+      attachmentArea.byteLength,
+    );
+  try {
+    const value = decodeItem(1);
+    if (at !== end) {
+      throw malformed(`${end - at} bytes follow the value`);
+    }
+    return value;
+  } catch (error: unknown) {
+    if (error instanceof ProtocolError) throw error;
+    throw new ProtocolError(
+      `Cannot decode value: unexpected failure at byte ${at}`,
+      { cause: error },
+    );
+  } finally {
+    data = EMPTY_BYTES;
+    dataView = EMPTY_VIEW;
+    area = EMPTY_BYTES;
+  }
+}
+
+function malformed(detail: string): ProtocolError {
+  return new ProtocolError(`Cannot decode value: ${detail} (at byte ${at})`);
+}
+
+function truncated(): ProtocolError {
+  return malformed("the input ends in the middle of a value");
+}
+
+function tooDeep(): ProtocolError {
+  return malformed(`nesting deeper than ${MAX_DEPTH} levels`);
+}
+
+/** Reads the argument of an initial byte whose additional info is >= 24. */
+function readArgument(info: number): number {
+  switch (info) {
+    case 24:
+      if (at + 1 > end) throw truncated();
+      return data[at++]!;
+    case 25: {
+      if (at + 2 > end) throw truncated();
+      const n = (data[at]! << 8) | data[at + 1]!;
+      at += 2;
+      return n;
+    }
+    case 26: {
+      if (at + 4 > end) throw truncated();
+      const n = dataView.getUint32(at);
+      at += 4;
+      return n;
+    }
+    case 27: {
+      if (at + 8 > end) throw truncated();
+      const n = dataView.getUint32(at) * TWO_POW_32 +
+        dataView.getUint32(at + 4);
+      at += 8;
+      return n;
+    }
+    case 31:
+      throw malformed("indefinite lengths and break codes are not allowed");
+    default:
+      throw malformed(`reserved additional information ${info}`);
+  }
+}
+
+/** Reads a length and checks that at least `length * unit` bytes remain. */
+function readLength(info: number, unit: number): number {
+  const n = info < 24 ? info : readArgument(info);
+  if (n * unit > end - at) {
+    throw malformed(
+      `a length of ${n} exceeds the ${end - at} bytes that are left`,
+    );
+  }
+  return n;
+}
+
+function decodeItem(depth: number): unknown {
+  if (at >= end) throw truncated();
+  const initial = data[at++]!;
+  const info = initial & 31;
+  switch (initial >> 5) {
+    case 0:
+      if (info < 24) return info;
+      return info === 27 ? readUint64(false) : readArgument(info);
+    case 1:
+      if (info < 24) return -1 - info;
+      return info === 27 ? readUint64(true) : -1 - readArgument(info);
+    case 2: {
+      const n = readLength(info, 1);
+      const bytes = data.subarray(at, at + n);
+      at += n;
+      return bytes;
+    }
+    case 3:
+      return readText(readLength(info, 1));
+    case 4: {
+      const n = readLength(info, 1);
+      if (depth > MAX_DEPTH) throw tooDeep();
+      const array = new Array<unknown>(n);
+      for (let i = 0; i < n; i++) array[i] = decodeItem(depth + 1);
+      return array;
+    }
+    case 5: {
+      const n = readLength(info, 2);
+      if (depth > MAX_DEPTH) throw tooDeep();
+      return readObjectEntries(n, depth);
+    }
+    case 6:
+      return decodeTag(info < 24 ? info : readArgument(info), depth);
+    default:
+      return decodeSimple(info);
+  }
+}
+
+function readUint64(negative: boolean): number | bigint {
+  if (at + 8 > end) throw truncated();
+  const hi = dataView.getUint32(at);
+  const lo = dataView.getUint32(at + 4);
+  at += 8;
+  if (hi < SAFE_HI_LIMIT) {
+    const n = hi * TWO_POW_32 + lo;
+    if (!negative) return n;
+    if (n < Number.MAX_SAFE_INTEGER) return -1 - n;
+  }
+  const big = (BigInt(hi) << 32n) | BigInt(lo);
+  return negative ? -1n - big : big;
+}
+
+function decodeSimple(info: number): unknown {
+  switch (info) {
+    case 20:
+      return false;
+    case 21:
+      return true;
+    case 22:
+      return null;
+    case 23:
+      return undefined;
+    case 25: {
+      if (at + 2 > end) throw truncated();
+      const half = (data[at]! << 8) | data[at + 1]!;
+      at += 2;
+      return decodeHalf(half);
+    }
+    case 26: {
+      if (at + 4 > end) throw truncated();
+      const n = dataView.getFloat32(at);
+      at += 4;
+      return n;
+    }
+    case 27: {
+      if (at + 8 > end) throw truncated();
+      const n = dataView.getFloat64(at);
+      at += 8;
+      return n;
+    }
+    case 31:
+      throw malformed("indefinite lengths and break codes are not allowed");
+    default:
+      if (info >= 28) {
+        throw malformed(`reserved additional information ${info}`);
+      }
+      throw malformed(`unknown simple value ${info}`);
+  }
+}
+
+function decodeHalf(half: number): number {
+  const exponent = (half >> 10) & 0x1f;
+  const mantissa = half & 0x3ff;
+  const sign = half & 0x8000 ? -1 : 1;
+  if (exponent === 0) return sign * mantissa * 2 ** -24;
+  if (exponent === 31) return mantissa === 0 ? sign * Infinity : NaN;
+  return sign * (1024 + mantissa) * 2 ** (exponent - 25);
+}
+
+/** Decodes `n` UTF-8 bytes at `at` (the length is already checked). */
+function readText(n: number): string {
+  if (n <= 8) return readShortText(n);
+  if (n < 24) {
+    const start = at;
+    let s = "";
+    for (let i = 0; i < n; i++) {
+      const c = data[start + i]!;
+      if (c >= 0x80) return readTextUtf8(n);
+      s += String.fromCharCode(c);
+    }
+    at += n;
+    return s;
+  }
+  return readTextUtf8(n);
+}
+
+/**
+ * Decodes a text of at most 8 bytes through a small cache of short ASCII
+ * strings (keys repeat, and a cached string needs neither allocation nor
+ * interning again). Seven bits a byte fit the bytes in two 32-bit words.
+ */
+function readShortText(n: number): string {
+  const start = at;
+  let a = 0;
+  let b = n;
+  for (let i = 0; i < n; i++) {
+    const c = data[start + i]!;
+    if (c >= 0x80) return readTextUtf8(n);
+    if (i < 4) a = (a << 7) | c;
+    else b = (b << 7) | c;
+  }
+  at += n;
+  const slot = (Math.imul(a, 0x9e3779b1) ^ b) >>> TEXT_CACHE_SHIFT;
+  const cached = textCache[slot];
+  if (
+    cached !== undefined && textCacheA[slot] === a && textCacheB[slot] === b
+  ) {
+    return cached;
+  }
+  let s = "";
+  for (let i = 0; i < n; i++) s += String.fromCharCode(data[start + i]!);
+  textCache[slot] = s;
+  textCacheA[slot] = a;
+  textCacheB[slot] = b;
+  return s;
+}
+
+function readTextUtf8(n: number): string {
+  let s: string;
+  try {
+    s = textDecoder.decode(data.subarray(at, at + n));
+  } catch {
+    throw malformed("a text string that is not valid UTF-8");
+  }
+  at += n;
+  return s;
+}
+
+/** Reads a text string item (for keys and tag contents). */
+function readTextItem(what: string): string {
+  if (at >= end) throw truncated();
+  const initial = data[at]!;
+  if (initial >> 5 !== 3) throw malformed(`${what} is not a text string`);
+  at++;
+  return readText(readLength(initial & 31, 1));
+}
+
+function readObjectEntries(n: number, depth: number): Record<string, unknown> {
+  const object: Record<string, unknown> = {};
+  for (let i = 0; i < n; i++) {
+    const key = readTextItem("a map key of a plain object");
+    const value = decodeItem(depth + 1);
+    if (key === "__proto__") {
+      Object.defineProperty(object, key, {
+        value,
+        writable: true,
+        enumerable: true,
+        configurable: true,
+      });
+    } else {
+      object[key] = value;
+    }
+  }
+  return object;
+}
+
+/** Reads the header of an array or map that a tag wraps; returns its count. */
+function readContainerHeader(
+  major: number,
+  unit: number,
+  what: string,
+): number {
+  if (at >= end) throw truncated();
+  const initial = data[at]!;
+  if (initial >> 5 !== major) throw malformed(what);
+  at++;
+  return readLength(initial & 31, unit);
+}
+
+function decodeTag(tag: number, depth: number): unknown {
+  switch (tag) {
+    case TAG_DATE: {
+      return secondsToDate(readNumberItem());
+    }
+    case TAG_BIGNUM:
+      return readBignum();
+    case TAG_NEGATIVE_BIGNUM:
+      return -1n - readBignum();
+    case TAG_URL: {
+      const href = readTextItem("the content of a URL (tag 32)");
+      try {
+        return new (URL_CLASS as typeof URL)(href);
+      } catch {
+        throw malformed("a URL (tag 32) that does not parse");
+      }
+    }
+    case TAG_REGEXP:
+      return readRegExp();
+    case TAG_SET: {
+      const n = readContainerHeader(
+        4,
+        1,
+        "a Set (tag 258) that does not wrap an array",
+      );
+      if (depth > MAX_DEPTH) throw tooDeep();
+      const set = new Set<unknown>();
+      for (let i = 0; i < n; i++) set.add(decodeItem(depth + 1));
+      return set;
+    }
+    case TAG_MAP: {
+      const n = readContainerHeader(
+        5,
+        2,
+        "a Map (tag 259) that does not wrap a map",
+      );
+      if (depth > MAX_DEPTH) throw tooDeep();
+      const map = new Map<unknown, unknown>();
+      for (let i = 0; i < n; i++) {
+        const key = decodeItem(depth + 1);
+        map.set(key, decodeItem(depth + 1));
+      }
+      return map;
+    }
+    case TAG_ATTACHMENT:
+      return readAttachment();
+    case TAG_ERROR: {
+      const n = readContainerHeader(
+        5,
+        2,
+        "an error (tag 27001) that does not wrap a map",
+      );
+      if (depth > MAX_DEPTH) throw tooDeep();
+      return buildError(readObjectEntries(n, depth));
+    }
+    case TAG_ARRAY_BUFFER: {
+      const bytes = readBinary();
+      return bytes.buffer.slice(
+        bytes.byteOffset,
+        bytes.byteOffset + bytes.byteLength,
+      );
+    }
+    case TAG_DATA_VIEW: {
+      const bytes = readBinary();
+      return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    }
+    case TAG_CUSTOM: {
+      const n = readContainerHeader(
+        4,
+        1,
+        "a custom type (tag 27010) that does not wrap [name, data]",
+      );
+      if (n !== 2) {
+        throw malformed("a custom type (tag 27010) that is not [name, data]");
+      }
+      if (depth > MAX_DEPTH) throw tooDeep();
+      const name = readTextItem("a custom type name");
+      const data = decodeItem(depth + 1);
+      const type = customTypeByName(name);
+      if (!type) {
+        throw malformed(
+          `a value of custom type "${name}", which is not registered in this process (call registerType on both sides)`,
+        );
+      }
+      return type.decode(data);
+    }
+    default: {
+      const ctor = TYPED_ARRAY_BY_TAG.get(tag);
+      if (ctor !== undefined) return readTypedArray(ctor);
+      if (TYPED_ARRAY_BY_TAG.has(tag)) {
+        throw malformed(
+          `a Float16Array (tag ${tag}), which this runtime lacks`,
+        );
+      }
+      throw malformed(`unknown tag ${tag}`);
+    }
+  }
+}
+
+/** Reads an integer or a float (the content of a date). */
+function readNumberItem(): number {
+  if (at >= end) throw truncated();
+  const initial = data[at]!;
+  const major = initial >> 5;
+  const info = initial & 31;
+  if (major <= 1 || (major === 7 && info >= 25 && info <= 27)) {
+    const value = decodeItem(1);
+    if (typeof value === "number") return value;
+  }
+  throw malformed("a date (tag 1) that does not wrap a number");
+}
+
+function secondsToDate(seconds: number): Date {
+  if (!Number.isFinite(seconds)) return new Date(NaN);
+  // ms / 1000 is one-to-one over the range of dates: find the ms it came from.
+  let ms = Math.round(seconds * 1000);
+  if (ms / 1000 !== seconds) {
+    if ((ms - 1) / 1000 === seconds) ms -= 1;
+    else if ((ms + 1) / 1000 === seconds) ms += 1;
+  }
+  return new Date(ms);
+}
+
+const HEX: readonly string[] = Array.from(
+  { length: 256 },
+  (_, i) => i.toString(16).padStart(2, "0"),
+);
+
+function readBignum(): bigint {
+  if (at >= end) throw truncated();
+  const initial = data[at]!;
+  if (initial >> 5 !== 2) {
+    throw malformed("a bignum (tag 2 or 3) that does not wrap a byte string");
+  }
+  at++;
+  const n = readLength(initial & 31, 1);
+  const start = at;
+  at += n;
+  if (n <= 6) {
+    let value = 0;
+    for (let i = 0; i < n; i++) value = value * 256 + data[start + i]!;
+    return BigInt(value);
+  }
+  if (n === 8) return dataView.getBigUint64(start);
+  let hex = "0x";
+  for (let i = 0; i < n; i++) hex += HEX[data[start + i]!];
+  return BigInt(hex);
+}
+
+function readRegExp(): RegExp {
+  if (at >= end) throw truncated();
+  let source: string;
+  let flags = "";
+  if (data[at]! >> 5 === 4) {
+    const n = readContainerHeader(4, 1, "");
+    if (n !== 2) {
+      throw malformed("a RegExp (tag 35) array that is not [source, flags]");
+    }
+    source = readTextItem("the source of a RegExp (tag 35)");
+    flags = readTextItem("the flags of a RegExp (tag 35)");
+  } else {
+    source = readTextItem("the content of a RegExp (tag 35)");
+  }
+  try {
+    return new RegExp(source, flags);
+  } catch {
+    throw malformed("a RegExp (tag 35) that does not compile");
+  }
+}
+
+/** Reads a byte string or an attachment reference. */
+function readBinary(): Uint8Array {
+  if (at >= end) throw truncated();
+  const initial = data[at]!;
+  const major = initial >> 5;
+  if (major === 2) {
+    at++;
+    const n = readLength(initial & 31, 1);
+    const bytes = data.subarray(at, at + n);
+    at += n;
+    return bytes;
+  }
+  if (major === 6) {
+    at++;
+    const info = initial & 31;
+    const tag = info < 24 ? info : readArgument(info);
+    if (tag === TAG_ATTACHMENT) return readAttachment();
+  }
+  throw malformed("a binary tag that wraps neither bytes nor an attachment");
+}
+
+function readAttachment(): Uint8Array {
+  const n = readContainerHeader(
+    4,
+    1,
+    "an attachment (tag 27000) that does not wrap [offset, length]",
+  );
+  if (n !== 2) {
+    throw malformed("an attachment (tag 27000) that is not [offset, length]");
+  }
+  const offset = readAttachmentNumber();
+  const length = readAttachmentNumber();
+  if (offset + length > area.length) {
+    throw malformed(
+      `an attachment [${offset}, ${length}] outside the ${area.length}-byte attachment area`,
+    );
+  }
+  return area.subarray(offset, offset + length);
+}
+
+function readAttachmentNumber(): number {
+  if (at >= end) throw truncated();
+  const initial = data[at]!;
+  if (initial >> 5 !== 0) {
+    throw malformed(
+      "an attachment offset or length that is not an unsigned integer",
+    );
+  }
+  at++;
+  const info = initial & 31;
+  return info < 24 ? info : readArgument(info);
+}
+
+function readTypedArray(ctor: TypedArrayConstructor): ArrayBufferView {
+  const bytes = readBinary();
+  const size = ctor.BYTES_PER_ELEMENT;
+  const length = bytes.byteLength / size;
+  if (!Number.isInteger(length)) {
+    throw malformed(
+      `${bytes.byteLength} bytes for a ${ctor.name}, not a multiple of ${size}`,
+    );
+  }
+  if (!LITTLE_ENDIAN && size > 1) {
+    return new ctor(swapBytes(bytes, size).buffer, 0, length);
+  }
+  if (bytes.byteOffset % size === 0) {
+    return new ctor(bytes.buffer, bytes.byteOffset, length);
+  }
+  return new ctor(bytes.slice().buffer, 0, length);
+}
