@@ -1,7 +1,7 @@
 /**
- * The messages of protocol version 1, a discriminated union on `type`, with
- * their encoding into frames and their checked decoding. Pure: no I/O.
- * See docs/PROTOCOL.md.
+ * The messages of the protocol (message version 2: version 1 plus streams
+ * and progress), a discriminated union on `type`, with their encoding into
+ * frames and their checked decoding. Pure: no I/O. See docs/PROTOCOL.md.
  *
  * @module
  */
@@ -9,15 +9,28 @@
 import { ProtocolError } from "../errors.ts";
 import { decodeValue } from "./decode_value.ts";
 import { encodeValue } from "./encode_value.ts";
-import {
-  type Frame,
-  FRAME_HEADER_BYTES,
-  frameInPlace,
-  PROTOCOL_VERSION,
-} from "./frame.ts";
+import { type Frame, FRAME_HEADER_BYTES, frameInPlace } from "./frame.ts";
 
 /** The request id reserved for control messages. */
 export const CONTROL_ID = 0;
+
+/**
+ * The message version this code speaks, sent in the hello: 2 adds streams
+ * (`items`, `end`, `credit`) and `progress` to version 1. The frame layout
+ * has its own version (`PROTOCOL_VERSION` in frame.ts, still 1).
+ */
+export const MESSAGE_VERSION = 2;
+/** The oldest message version a parent accepts in a hello. */
+export const OLDEST_MESSAGE_VERSION = 1;
+/** The first message version with streams and progress. */
+export const STREAM_MESSAGE_VERSION = 2;
+
+/** Values of a stream in flight (sent, not yet credited) when a call sets no window. */
+export const DEFAULT_STREAM_WINDOW_ITEMS = 1024;
+/** Payload bytes of a stream in flight when a call sets no window: 4 MiB. */
+export const DEFAULT_STREAM_WINDOW_BYTES: number = 4 * 1024 * 1024;
+/** The shortest gap between two `progress` messages of one call. */
+export const PROGRESS_INTERVAL_MS = 50;
 
 /** The worker is ready: first frame a worker writes. */
 export interface HelloMessage {
@@ -61,6 +74,16 @@ export interface CallMessage {
   op: string;
   /** Its arguments. */
   args: unknown[];
+  /**
+   * If the op streams: values in flight at most (absent: the default,
+   * {@linkcode DEFAULT_STREAM_WINDOW_ITEMS}).
+   */
+  windowItems?: number;
+  /**
+   * If the op streams: payload bytes in flight at most (absent: the
+   * default, {@linkcode DEFAULT_STREAM_WINDOW_BYTES}).
+   */
+  windowBytes?: number;
 }
 
 /** A call's value. */
@@ -81,6 +104,49 @@ export interface ErrorMessage {
   id: number;
   /** What the handler threw. */
   error: unknown;
+}
+
+/** The next values of a streaming call, in order (message version 2). */
+export interface ItemsMessage {
+  /** Discriminant. */
+  type: "items";
+  /** The request id of the streaming call. */
+  id: number;
+  /** One or more values the handler yielded. */
+  values: unknown[];
+}
+
+/** A streaming call's handler finished: no more values (message version 2). */
+export interface EndMessage {
+  /** Discriminant. */
+  type: "end";
+  /** The request id it answers. */
+  id: number;
+}
+
+/**
+ * The parent consumed values of a stream: the worker may send that many
+ * more (message version 2).
+ */
+export interface CreditMessage {
+  /** Discriminant. */
+  type: "credit";
+  /** The request id of the streaming call. */
+  id: number;
+  /** Values consumed since the last credit. */
+  items: number;
+  /** Payload bytes of `items` frames released since the last credit. */
+  bytes: number;
+}
+
+/** A handler reported progress; its call goes on (message version 2). */
+export interface ProgressMessage {
+  /** Discriminant. */
+  type: "progress";
+  /** The request id of the call. */
+  id: number;
+  /** What the handler reported. */
+  value: unknown;
 }
 
 /** Abort the call with this id. */
@@ -113,10 +179,17 @@ export type WorkerMessage =
   | FatalMessage
   | ResultMessage
   | ErrorMessage
+  | ItemsMessage
+  | EndMessage
+  | ProgressMessage
   | ShutdownAckMessage;
 
 /** Messages a parent writes. */
-export type ParentMessage = CallMessage | CancelMessage | ShutdownMessage;
+export type ParentMessage =
+  | CallMessage
+  | CancelMessage
+  | CreditMessage
+  | ShutdownMessage;
 
 /** Every message of the protocol. */
 export type Message = WorkerMessage | ParentMessage;
@@ -206,6 +279,30 @@ function stringList(
   return value as string[];
 }
 
+function requireCount(
+  record: Record<string, unknown>,
+  key: string,
+  type: string,
+): number {
+  const value = record[key];
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+    fail(`"${type}" has an invalid "${key}" ${String(value)}`);
+  }
+  return value;
+}
+
+function optionalWindow(
+  record: Record<string, unknown>,
+  key: "windowItems" | "windowBytes",
+): number | undefined {
+  const value = record[key];
+  if (value === undefined) return undefined;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+    fail(`"call" has an invalid "${key}" ${String(value)}`);
+  }
+  return value;
+}
+
 function asError(value: unknown): Error {
   if (value instanceof Error) return value;
   const error = new Error(
@@ -239,8 +336,32 @@ export function decodeMessage(frame: Frame): Message {
       if (!Array.isArray(args)) {
         fail(`"call" ${id} has args that are not a list`);
       }
-      return { type, id, op, args };
+      const call: CallMessage = { type, id, op, args };
+      const windowItems = optionalWindow(record, "windowItems");
+      const windowBytes = optionalWindow(record, "windowBytes");
+      if (windowItems !== undefined) call.windowItems = windowItems;
+      if (windowBytes !== undefined) call.windowBytes = windowBytes;
+      return call;
     }
+    case "items": {
+      const id = requireCallId(record, type);
+      const values = record.values;
+      if (!Array.isArray(values) || values.length === 0) {
+        fail(`"items" ${id} has values that are not a non-empty list`);
+      }
+      return { type, id, values };
+    }
+    case "end":
+      return { type, id: requireCallId(record, type) };
+    case "credit":
+      return {
+        type,
+        id: requireCallId(record, type),
+        items: requireCount(record, "items", type),
+        bytes: requireCount(record, "bytes", type),
+      };
+    case "progress":
+      return { type, id: requireCallId(record, type), value: record.value };
     case "result":
       return { type, id: requireCallId(record, type), value: record.value };
     case "error":
@@ -250,11 +371,14 @@ export function decodeMessage(frame: Frame): Message {
     case "hello": {
       const id = requireControl(record, type);
       const version = record.version;
-      if (version !== PROTOCOL_VERSION) {
+      if (
+        typeof version !== "number" || !Number.isSafeInteger(version) ||
+        version < OLDEST_MESSAGE_VERSION || version > MESSAGE_VERSION
+      ) {
         fail(
           `the worker speaks protocol version ${
             String(version)
-          }, this parent speaks ${PROTOCOL_VERSION}`,
+          }, this parent speaks ${OLDEST_MESSAGE_VERSION} to ${MESSAGE_VERSION}`,
         );
       }
       const pid = record.pid;

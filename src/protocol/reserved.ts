@@ -13,6 +13,7 @@ export const RESERVED_NAMES: readonly string[] = Object.freeze([
   "catch",
   "finally",
   "call",
+  "stream",
   "close",
   "restart",
   "invalidate",

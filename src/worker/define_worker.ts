@@ -14,6 +14,16 @@ export interface CallContext {
   readonly op: string;
   /** The request id of the call. */
   readonly id: number;
+  /**
+   * Reports progress without ending the call: the parent's `onProgress`
+   * call option receives `value`. Throttled: at most one report every
+   * 50 ms goes out, the latest value winning; one held back is sent before
+   * the call's answer.
+   *
+   * @param value Any value that can cross.
+   * @throws {TypeError} when a value sent at once cannot cross.
+   */
+  progress(value: unknown): void;
 }
 
 /** A handler: any function; its arguments and value must be able to cross. */
@@ -67,7 +77,14 @@ export interface WorkerDefinition<H extends Handlers = Handlers> {
  * Open process-level state (database clients, indexes) lazily inside the
  * handlers, not at import time: the module is imported once per worker
  * process. A handler sees a {@linkcode CallContext} as `this`, whose
- * `signal` fires when the parent cancels the call.
+ * `signal` fires when the parent cancels the call and whose `progress()`
+ * reports progress to the parent's `onProgress`.
+ *
+ * A handler that is an async generator function (or returns an async
+ * iterable, or a generator) streams: each value it yields travels to the
+ * parent as it comes, never more than the call's window ahead of what the
+ * parent consumed. Ending the iteration early in the parent cancels the
+ * handler and runs its `finally` blocks. See docs/streaming.md.
  *
  * @typeParam H The handlers.
  * @param handlers The handlers, by op name.
@@ -75,6 +92,19 @@ export interface WorkerDefinition<H extends Handlers = Handlers> {
  * @returns The definition to export by default.
  * @throws {TypeError} when a handler is not a function or its name is reserved (`then`, `call`, `close`, `restart`, `stats`, `pid`, …).
  * @throws {RangeError} when `concurrency` is not a positive integer.
+ *
+ * @example A streaming handler
+ * ```ts
+ * import { defineWorker } from "@airlock/airlock/worker";
+ * import assert from "node:assert/strict";
+ *
+ * const definition = defineWorker({
+ *   async *count(to: number) {
+ *     for (let i = 1; i <= to; i++) yield i;
+ *   },
+ * });
+ * assert.equal(typeof definition.handlers.count, "function");
+ * ```
  *
  * @example A worker module
  * ```ts

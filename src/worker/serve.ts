@@ -1,7 +1,8 @@
 /**
  * The worker side's serve loop: read frames from stdin, dispatch calls to the
- * handlers with bounded concurrency, write answers to stdout, honour cancel,
- * drain on shutdown, exit on end-of-file.
+ * handlers with bounded concurrency, write answers to stdout, stream the
+ * values of generator handlers within the parent's credit window, throttle
+ * progress, honour cancel, drain on shutdown, exit on end-of-file.
  *
  * @module
  */
@@ -11,10 +12,14 @@ import {
   type CallMessage,
   CONTROL_ID,
   decodeMessage,
+  DEFAULT_STREAM_WINDOW_BYTES,
+  DEFAULT_STREAM_WINDOW_ITEMS,
   encodeMessage,
   type Message,
+  MESSAGE_VERSION,
+  PROGRESS_INTERVAL_MS,
 } from "../protocol/messages.ts";
-import { PROTOCOL_VERSION } from "../protocol/frame.ts";
+import { FRAME_HEADER_BYTES } from "../protocol/frame.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import type { CallContext, WorkerDefinition } from "./define_worker.ts";
 
@@ -44,6 +49,50 @@ function cancelReason(): Error {
   return new DOMException("The call was cancelled by the parent", "AbortError");
 }
 
+/** Most values in one `items` message. */
+const MAX_BATCH_ITEMS = 256;
+
+/** A call in flight, with what its cancel, credit and progress need. */
+interface Running {
+  /** Made on first use of `this.signal`, or by a cancel. */
+  controller: AbortController | undefined;
+  /** Set by a cancel: a stream stops pulling values. */
+  cancelled: boolean;
+  /** Values sent minus values credited. */
+  inFlightItems: number;
+  /** Payload bytes sent minus bytes credited. */
+  inFlightBytes: number;
+  /** Wakes a stream waiting for credit or for its cancel. */
+  wake: (() => void) | undefined;
+  /** When the last progress message went out. */
+  progressAt: number;
+  /** A progress value held back by the throttle. */
+  progressPending: { value: unknown } | undefined;
+  /** Sends the held-back progress value. */
+  progressTimer: ReturnType<typeof setTimeout> | undefined;
+}
+
+/**
+ * The values of a handler's answer, if it streams: an async iterable (an
+ * async generator, a `ReadableStream`, …) or a generator object. Arrays,
+ * strings and other plain iterables are values, not streams.
+ */
+function streamOf(
+  value: unknown,
+): AsyncIterator<unknown> | Iterator<unknown> | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const asyncIterator = (value as { [Symbol.asyncIterator]?: unknown })[
+    Symbol.asyncIterator
+  ];
+  if (typeof asyncIterator === "function") {
+    return asyncIterator.call(value) as AsyncIterator<unknown>;
+  }
+  if (Object.prototype.toString.call(value) === "[object Generator]") {
+    return value as Iterator<unknown>;
+  }
+  return undefined;
+}
+
 /**
  * Serves a definition on this process's stdin and stdout until shutdown or
  * end-of-file, then exits the process.
@@ -70,10 +119,7 @@ export async function serve(
    * when the handler first reads `this.signal` or a cancel arrives: most
    * handlers never look, and one costs ~0.2 µs per call on Bun.
    */
-  const running = new Map<
-    number,
-    { controller: AbortController | undefined }
-  >();
+  const running = new Map<number, Running>();
   const waiting: CallMessage[] = [];
   let shuttingDown = false;
   let onDrained: (() => void) | undefined;
@@ -99,9 +145,157 @@ export async function serve(
     if (onDrained && running.size === 0 && waiting.length === 0) onDrained();
   };
 
+  /** Sends the progress value the throttle held back, if any. */
+  const flushProgress = (id: number, state: Running): void => {
+    if (state.progressTimer !== undefined) clearTimeout(state.progressTimer);
+    state.progressTimer = undefined;
+    const pending = state.progressPending;
+    if (!pending) return;
+    state.progressPending = undefined;
+    state.progressAt = Date.now();
+    const report = (error: unknown): void => {
+      adapter.writeStderr(
+        `airlock worker: cannot send progress of call ${id}: ${
+          error instanceof Error ? error.message : String(error)
+        }\n`,
+      );
+    };
+    try {
+      send({ type: "progress", id, value: pending.value }).catch(report);
+    } catch (error: unknown) {
+      // A held-back value that cannot cross: the handler has moved on.
+      report(error);
+    }
+  };
+
+  /**
+   * Reports progress: at once if the last report is older than the
+   * throttle's interval, else the latest value goes when it ends (or before
+   * the call's answer).
+   */
+  const progress = (id: number, state: Running, value: unknown): void => {
+    if (!running.has(id)) return;
+    state.progressPending = { value };
+    const wait = state.progressAt + PROGRESS_INTERVAL_MS - Date.now();
+    if (wait <= 0) {
+      // Encoded now, so a value that cannot cross throws into the handler.
+      state.progressPending = undefined;
+      state.progressAt = Date.now();
+      void send({ type: "progress", id, value }).catch(() => {});
+      return;
+    }
+    state.progressTimer ??= setTimeout(() => flushProgress(id, state), wait);
+  };
+
+  /**
+   * Sends a streaming handler's values in `items` messages, never more than
+   * the call's window ahead of the parent's credit, then `end`; a cancel
+   * stops it and runs the generator's `finally` blocks.
+   */
+  const pump = async (
+    call: CallMessage,
+    state: Running,
+    iterator: AsyncIterator<unknown> | Iterator<unknown>,
+  ): Promise<void> => {
+    const windowItems = call.windowItems ?? DEFAULT_STREAM_WINDOW_ITEMS;
+    const windowBytes = call.windowBytes ?? DEFAULT_STREAM_WINDOW_BYTES;
+    let batch: unknown[] = [];
+    let bytesPerItem = 0;
+    /** A value that could not cross, set by `flush` (also from a timer). */
+    const fault: { failed: boolean; error: unknown } = {
+      failed: false,
+      error: undefined,
+    };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    /** Sends the batch; a value that cannot cross fails the stream. */
+    const flush = (): void => {
+      if (timer !== undefined) clearTimeout(timer);
+      timer = undefined;
+      if (batch.length === 0 || fault.failed) return;
+      const values = batch;
+      batch = [];
+      let chunks: Uint8Array[];
+      try {
+        chunks = encodeMessage({ type: "items", id: call.id, values });
+      } catch (error: unknown) {
+        fault.failed = true;
+        fault.error = error;
+        state.wake?.();
+        return;
+      }
+      let bytes = -FRAME_HEADER_BYTES;
+      for (const chunk of chunks) bytes += chunk.byteLength;
+      bytesPerItem = bytes / values.length;
+      state.inFlightItems += values.length;
+      state.inFlightBytes += bytes;
+      stdio.write(chunks).catch(() => adapter.exit(0));
+    };
+    /** How many more values the next batch may take. */
+    const room = (): number => {
+      const items = windowItems - state.inFlightItems - batch.length;
+      const bytes = windowBytes - state.inFlightBytes;
+      if (items <= 0 || bytes <= 0) return 0;
+      const byBytes = bytesPerItem > 0
+        ? Math.max(1, Math.floor(bytes / bytesPerItem)) - batch.length
+        : Infinity;
+      return Math.min(items, byBytes, MAX_BATCH_ITEMS - batch.length);
+    };
+    let finished = false;
+    try {
+      while (true) {
+        if (room() <= 0) {
+          flush();
+          while (
+            !state.cancelled && !fault.failed &&
+            (state.inFlightItems >= windowItems ||
+              state.inFlightBytes >= windowBytes)
+          ) {
+            await new Promise<void>((resolve) => {
+              state.wake = resolve;
+            });
+            state.wake = undefined;
+          }
+        }
+        if (state.cancelled) throw state.controller?.signal.reason;
+        if (fault.failed) throw fault.error;
+        const step = await iterator.next();
+        if (state.cancelled) throw state.controller?.signal.reason;
+        if (fault.failed) throw fault.error;
+        if (step.done) {
+          finished = true;
+          break;
+        }
+        batch.push(step.value);
+        // A slow generator: send what is here once the event loop turns.
+        if (batch.length === 1) timer = setTimeout(flush, 0);
+      }
+      flush();
+      if (fault.failed) throw fault.error;
+    } catch (error: unknown) {
+      if (timer !== undefined) clearTimeout(timer);
+      if (!finished && !state.cancelled) flush();
+      if (!finished) {
+        // Runs the generator's finally blocks (a no-op once it threw).
+        try {
+          await iterator.return?.();
+        } catch {
+          // The cancel or the first error is what the parent hears.
+        }
+      }
+      throw error;
+    }
+  };
+
   const run = async (call: CallMessage): Promise<void> => {
-    const state: { controller: AbortController | undefined } = {
+    const state: Running = {
       controller: undefined,
+      cancelled: false,
+      inFlightItems: 0,
+      inFlightBytes: 0,
+      wake: undefined,
+      progressAt: 0,
+      progressPending: undefined,
+      progressTimer: undefined,
     };
     running.set(call.id, state);
     try {
@@ -115,10 +309,20 @@ export async function serve(
         },
         op: call.op,
         id: call.id,
+        progress: (value: unknown) => progress(call.id, state, value),
       };
       const value = await handler.apply(context, call.args);
-      await send({ type: "result", id: call.id, value });
+      const iterator = streamOf(value);
+      if (iterator) {
+        await pump(call, state, iterator);
+        flushProgress(call.id, state);
+        await send({ type: "end", id: call.id });
+      } else {
+        flushProgress(call.id, state);
+        await send({ type: "result", id: call.id, value });
+      }
     } catch (error: unknown) {
+      flushProgress(call.id, state);
       await send({ type: "error", id: call.id, error });
     } finally {
       running.delete(call.id);
@@ -147,6 +351,8 @@ export async function serve(
         const state = running.get(message.id);
         if (state) {
           (state.controller ??= new AbortController()).abort(cancelReason());
+          state.cancelled = true;
+          state.wake?.();
           return;
         }
         const index = waiting.findIndex((call) => call.id === message.id);
@@ -157,6 +363,14 @@ export async function serve(
           }
           checkDrained();
         }
+        return;
+      }
+      case "credit": {
+        const state = running.get(message.id);
+        if (!state) return;
+        state.inFlightItems = Math.max(0, state.inFlightItems - message.items);
+        state.inFlightBytes = Math.max(0, state.inFlightBytes - message.bytes);
+        state.wake?.();
         return;
       }
       case "shutdown":
@@ -190,7 +404,7 @@ export async function serve(
   await send({
     type: "hello",
     id: CONTROL_ID,
-    version: PROTOCOL_VERSION,
+    version: MESSAGE_VERSION,
     pid: adapter.pid(),
     ops,
     runtime: `${adapter.name} ${adapter.version}`,

@@ -33,6 +33,12 @@
  * | `increment()` | adds one to a process-wide counter starting at 0 and returns it |
  * | `env(name)` | returns the environment variable, or `null` when unset |
  * | `cwd()` | returns the working directory |
+ * | `count(n)` | streams the integers `0 .. n-1` |
+ * | `countSync(n)` | the same, from the language's other kind of generator (TypeScript: `function*`; Python: `async def` with `yield`) |
+ * | `endless(token)` | streams `0, 1, 2, …` without end; counts the values it produced under `token`, and marks `token` finished in its `finally` |
+ * | `streamState(token)` | returns `{ produced, finished }` for `endless(token)`, or `null` |
+ * | `failAfter(n)` | streams `0 .. n-1`, then throws an error named `CustomError` with message `"stream failure"` |
+ * | `report(steps)` | reports progress `1 .. steps` as fast as it can, then returns `"reported"` |
  *
  * The worker declares `echo` and `add` idempotent and runs at least 4 calls
  * at once.
@@ -105,6 +111,18 @@ export interface ConformanceOps {
   env(name: string): string | null;
   /** Returns the working directory. */
   cwd(): string;
+  /** Streams 0 .. n-1. */
+  count(n: number): AsyncGenerator<number>;
+  /** Streams 0 .. n-1, from the other kind of generator. */
+  countSync(n: number): AsyncGenerator<number>;
+  /** Streams 0, 1, 2 … forever. */
+  endless(token: string): AsyncGenerator<number>;
+  /** What `endless(token)` produced and whether its finally ran. */
+  streamState(token: string): { produced: number; finished: boolean } | null;
+  /** Streams 0 .. n-1, then throws. */
+  failAfter(n: number): AsyncGenerator<number>;
+  /** Reports progress 1 .. steps, returns "reported". */
+  report(steps: number): string;
 }
 
 /** The conformance ops as a worker definition type, for the typed proxy. */
@@ -142,6 +160,12 @@ export const CONFORMANCE_OPS: readonly string[] = [
   "increment",
   "env",
   "cwd",
+  "count",
+  "countSync",
+  "endless",
+  "streamState",
+  "failAfter",
+  "report",
 ];
 
 const Float16 = (globalThis as {
@@ -367,6 +391,8 @@ interface RawWorker {
   pid: number;
   /** Messages read so far. */
   messages: Message[];
+  /** The payload bytes (head plus attachment area) of each message read. */
+  payloadBytes: WeakMap<Message, number>;
   /** Waits for a message matching `match`. */
   next(match: (message: Message) => boolean, what: string): Promise<Message>;
   /** Writes a message (or raw bytes). */
@@ -386,10 +412,13 @@ function spawnRaw(target: ConformanceTarget): RawWorker {
     stdio: ["pipe", "pipe", "pipe"],
   });
   const messages: Message[] = [];
+  const payloadBytes = new WeakMap<Message, number>();
   const waiters: (() => void)[] = [];
   const reader = new FrameReader({
     onFrame: (frame) => {
-      messages.push(decodeMessage(frame));
+      const message = decodeMessage(frame);
+      payloadBytes.set(message, frame.head.byteLength + frame.area.byteLength);
+      messages.push(message);
       for (const wake of waiters.splice(0)) wake();
     },
     onStray: () => {},
@@ -403,6 +432,7 @@ function spawnRaw(target: ConformanceTarget): RawWorker {
   return {
     pid: child.pid ?? -1,
     messages,
+    payloadBytes,
     async next(match, what) {
       const deadline = Date.now() + 15_000;
       while (true) {
@@ -453,6 +483,51 @@ function isResult(id: number): (message: Message) => boolean {
   return (message) =>
     (message.type === "result" || message.type === "error") &&
     message.id === id;
+}
+
+function isStreamEnd(id: number): (message: Message) => boolean {
+  return (message) =>
+    (message.type === "end" || message.type === "error") && message.id === id;
+}
+
+/** The values of the `items` messages of call `id` read so far, in order. */
+function streamed(worker: RawWorker, id: number): unknown[] {
+  return worker.messages.flatMap((m) =>
+    m.type === "items" && m.id === id ? m.values : []
+  );
+}
+
+/** The `items` messages of call `id` read so far. */
+function itemMessages(worker: RawWorker, id: number): Message[] {
+  return worker.messages.filter((m) => m.type === "items" && m.id === id);
+}
+
+/**
+ * Reads a stream in raw frames as a parent does: credits every `items`
+ * message as it arrives, until `end` or `error`.
+ */
+async function consume(
+  worker: RawWorker,
+  id: number,
+): Promise<{ values: unknown[]; last: Message }> {
+  let credited = 0;
+  while (true) {
+    const last = await worker.next(
+      (m) =>
+        (m.type === "items" && m.id === id &&
+          worker.messages.indexOf(m) >= credited) ||
+        isStreamEnd(id)(m),
+      `the stream of call ${id}`,
+    );
+    if (last.type !== "items") return { values: streamed(worker, id), last };
+    credited = worker.messages.indexOf(last) + 1;
+    worker.send({
+      type: "credit",
+      id,
+      items: last.values.length,
+      bytes: worker.payloadBytes.get(last) ?? 0,
+    });
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -733,6 +808,185 @@ export function conformance(target: ConformanceTarget): void {
     });
   });
 
+  describe(`conformance (${name}): streams and progress`, () => {
+    for (const op of ["count", "countSync"] as const) {
+      test(`${op}: a generator handler streams its values in order, in items messages, then end (${name})`, async () => {
+        await withRaw(target, async (worker) => {
+          await worker.next((m) => m.type === "hello", "hello");
+          worker.send({ type: "call", id: 1, op, args: [3000] });
+          const { values, last } = await consume(worker, 1);
+          assert.equal(last.type, "end", JSON.stringify(last));
+          assert.deepEqual(values, Array.from({ length: 3000 }, (_, i) => i));
+          for (const message of itemMessages(worker, 1)) {
+            if (message.type === "items") assert.ok(message.values.length > 0);
+          }
+          const after = worker.messages.slice(worker.messages.indexOf(last));
+          assert.ok(
+            !after.some((m) => m.id === 1 && m !== last),
+            "nothing of the call follows its end",
+          );
+        });
+      });
+    }
+
+    test(`a stream stops at its window of values until the parent gives credit (${name})`, async () => {
+      await withRaw(target, async (worker) => {
+        await worker.next((m) => m.type === "hello", "hello");
+        const tag = token("window");
+        worker.send({
+          type: "call",
+          id: 1,
+          op: "endless",
+          args: [tag],
+          windowItems: 8,
+        });
+        await until(
+          () => streamed(worker, 1).length >= 8,
+          15_000,
+          "a window of values",
+        );
+        worker.send({ type: "call", id: 2, op: "streamState", args: [tag] });
+        const state = await worker.next(isResult(2), "the stream's state");
+        assert.equal(state.type, "result");
+        const { produced } = (state as { value: { produced: number } }).value;
+        assert.ok(produced <= 9, `produced ${produced} with a window of 8`);
+        assert.equal(streamed(worker, 1).length, 8, "no value past the window");
+        const sent = itemMessages(worker, 1);
+        worker.send({
+          type: "credit",
+          id: 1,
+          items: 8,
+          bytes: sent.reduce(
+            (n, m) => n + (worker.payloadBytes.get(m) ?? 0),
+            0,
+          ),
+        });
+        await until(
+          () => streamed(worker, 1).length >= 16,
+          15_000,
+          "the next window",
+        );
+        worker.send({ type: "call", id: 3, op: "streamState", args: [tag] });
+        await worker.next(isResult(3), "the stream's state");
+        assert.equal(streamed(worker, 1).length, 16);
+        assert.deepEqual(
+          streamed(worker, 1),
+          Array.from({ length: 16 }, (_, i) => i),
+        );
+        worker.send({ type: "cancel", id: 1 });
+        await worker.next(isStreamEnd(1), "the cancelled stream's answer");
+      });
+    });
+
+    test(`a stream stops at its window of bytes until the parent gives credit (${name})`, async () => {
+      await withRaw(target, async (worker) => {
+        await worker.next((m) => m.type === "hello", "hello");
+        const tag = token("bytes");
+        worker.send({
+          type: "call",
+          id: 1,
+          op: "endless",
+          args: [tag],
+          windowItems: 1000,
+          windowBytes: 16,
+        });
+        await until(
+          () => itemMessages(worker, 1).length >= 1,
+          15_000,
+          "the first items message",
+        );
+        worker.send({ type: "call", id: 2, op: "streamState", args: [tag] });
+        await worker.next(isResult(2), "the stream's state");
+        const sent = itemMessages(worker, 1);
+        assert.equal(sent.length, 1, "one message fills a 16-byte window");
+        const [first] = sent;
+        assert.ok(first);
+        worker.send({
+          type: "credit",
+          id: 1,
+          items: first.type === "items" ? first.values.length : 0,
+          bytes: worker.payloadBytes.get(first) ?? 0,
+        });
+        await until(
+          () => itemMessages(worker, 1).length >= 2,
+          15_000,
+          "the message after the credit",
+        );
+        worker.send({ type: "cancel", id: 1 });
+        await worker.next(isStreamEnd(1), "the cancelled stream's answer");
+      });
+    });
+
+    test(`a cancel ends a stream: the generator's finally runs and the call is answered (${name})`, async () => {
+      await withRaw(target, async (worker) => {
+        await worker.next((m) => m.type === "hello", "hello");
+        const tag = token("early");
+        worker.send({
+          type: "call",
+          id: 1,
+          op: "endless",
+          args: [tag],
+          windowItems: 4,
+        });
+        await until(
+          () => streamed(worker, 1).length >= 1,
+          15_000,
+          "a first value",
+        );
+        worker.send({ type: "cancel", id: 1 });
+        const answer = await worker.next(isStreamEnd(1), "the answer");
+        if (answer.type === "error") {
+          assert.equal((answer.error as Error).name, "AbortError");
+        }
+        worker.send({ type: "call", id: 2, op: "streamState", args: [tag] });
+        const state = await worker.next(isResult(2), "the stream's state");
+        assert.deepEqual(
+          (state as { value: { finished: boolean } }).value.finished,
+          true,
+          "the finally block ran",
+        );
+      });
+    });
+
+    test(`an error thrown mid-stream follows the values sent before it (${name})`, async () => {
+      await withRaw(target, async (worker) => {
+        await worker.next((m) => m.type === "hello", "hello");
+        worker.send({ type: "call", id: 1, op: "failAfter", args: [3] });
+        const { values, last } = await consume(worker, 1);
+        assert.deepEqual(values, [0, 1, 2]);
+        assert.equal(last.type, "error");
+        if (last.type === "error") {
+          assert.equal((last.error as Error).name, "CustomError");
+          assert.equal((last.error as Error).message, "stream failure");
+        }
+      });
+    });
+
+    test(`progress is throttled, keeps the last value, and comes before the answer (${name})`, async () => {
+      await withRaw(target, async (worker) => {
+        await worker.next((m) => m.type === "hello", "hello");
+        worker.send({ type: "call", id: 1, op: "report", args: [5000] });
+        const answer = await worker.next(isResult(1), "the answer");
+        assert.deepEqual(answer, { type: "result", id: 1, value: "reported" });
+        const reports = worker.messages.filter((m) =>
+          m.type === "progress" && m.id === 1
+        );
+        assert.ok(reports.length >= 1, "at least one report");
+        assert.ok(
+          reports.length < 100,
+          `${reports.length} reports of 5000: throttled`,
+        );
+        const last = reports.at(-1);
+        assert.equal(last?.type === "progress" ? last.value : null, 5000);
+        assert.ok(
+          worker.messages.indexOf(last as Message) <
+            worker.messages.indexOf(answer),
+          "the last report comes before the answer",
+        );
+      });
+    });
+  });
+
   describe(`conformance (${name}): raw protocol`, () => {
     test(`the first frame is a hello with version, pid, ops, runtime, concurrency and idempotent ops (${name})`, async () => {
       await withRaw(target, async (worker) => {
@@ -740,7 +994,7 @@ export function conformance(target: ConformanceTarget): void {
         assert.equal(hello.type, "hello");
         if (hello.type !== "hello") return;
         assert.equal(hello.id, 0);
-        assert.equal(hello.version, 1);
+        assert.equal(hello.version, 2);
         assert.equal(hello.pid, worker.pid);
         assert.deepEqual([...hello.ops].sort(), [...CONFORMANCE_OPS].sort());
         assert.match(hello.runtime, /^\S+ \S+/);

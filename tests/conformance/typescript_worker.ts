@@ -33,6 +33,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 let counter = 0;
+const streams = new Map<string, { produced: number; finished: boolean }>();
 const seenCancels: string[] = [];
 const meetings = new Map<
   string,
@@ -127,5 +128,40 @@ export default defineWorker({
   },
   cwd() {
     return process.cwd();
+  },
+  /** Streams 0 .. n-1 (an async generator). */
+  async *count(n: number) {
+    for (let i = 0; i < n; i++) yield i;
+  },
+  /** Streams 0 .. n-1 (a plain generator). */
+  *countSync(n: number) {
+    for (let i = 0; i < n; i++) yield i;
+  },
+  /** Streams 0, 1, 2 … forever; counts what it produced, marks its finally. */
+  async *endless(token: string) {
+    const state = { produced: 0, finished: false };
+    streams.set(token, state);
+    try {
+      while (true) {
+        await Promise.resolve();
+        yield state.produced++;
+      }
+    } finally {
+      state.finished = true;
+    }
+  },
+  /** What `endless(token)` produced and whether its finally ran. */
+  streamState(token: string) {
+    return streams.get(token) ?? null;
+  },
+  /** Streams 0 .. n-1, then throws a CustomError "stream failure". */
+  async *failAfter(n: number) {
+    for (let i = 0; i < n; i++) yield i;
+    throw new CustomError("stream failure");
+  },
+  /** Reports progress 1 .. steps at once, then returns "reported". */
+  report(steps: number) {
+    for (let i = 1; i <= steps; i++) this.progress(i);
+    return "reported";
   },
 }, { idempotent: ["echo", "add"] });

@@ -227,6 +227,25 @@ export const messageArb: fc.Arbitrary<Message> = fc.oneof(
   ): Message => ({ type: "error", id, error })),
   callIdArb.map((id): Message => ({ type: "cancel", id })),
   fc.record({
+    id: callIdArb,
+    op: opArb,
+    args: fc.array(valueArb, { maxLength: 2 }),
+    windowItems: fc.integer({ min: 1, max: 1 << 20 }),
+    windowBytes: fc.integer({ min: 1, max: 2 ** 40 }),
+  }).map((call): Message => ({ type: "call", ...call })),
+  fc.record({
+    id: callIdArb,
+    values: fc.array(valueArb, { minLength: 1, maxLength: 4 }),
+  }).map(({ id, values }): Message => ({ type: "items", id, values })),
+  callIdArb.map((id): Message => ({ type: "end", id })),
+  fc.record({ id: callIdArb, items: fc.nat(), bytes: fc.nat() }).map((
+    { id, items, bytes },
+  ): Message => ({ type: "credit", id, items, bytes })),
+  fc.record({ id: callIdArb, value: valueArb }).map((
+    { id, value },
+  ): Message => ({ type: "progress", id, value })),
+  fc.record({
+    version: fc.constantFrom(1, 2),
     pid: fc.nat(),
     ops: fc.array(opArb, { maxLength: 5 }),
     runtime: fc.constantFrom("deno 2.9.6", "bun 1.4.5", "python 3.11.7"),
@@ -235,7 +254,7 @@ export const messageArb: fc.Arbitrary<Message> = fc.oneof(
   }).map((hello): Message => ({
     type: "hello",
     id: 0,
-    version: 1,
+    version: hello.version,
     pid: hello.pid,
     ops: hello.ops,
     runtime: hello.runtime,

@@ -156,6 +156,10 @@ const TYPES = new Set([
   "result",
   "error",
   "cancel",
+  "items",
+  "end",
+  "credit",
+  "progress",
   "shutdown",
   "shutdown-ack",
 ]);
@@ -180,11 +184,27 @@ export function checkMessage(message: Message): void {
     case "result":
     case "error":
     case "cancel":
+    case "end":
+    case "progress":
       if (id === 0) fail(`${message.type} with id 0`);
+      break;
+    case "items":
+      if (id === 0) fail("items with id 0");
+      if (!Array.isArray(message.values) || message.values.length === 0) {
+        fail("items values");
+      }
+      break;
+    case "credit":
+      if (id === 0) fail("credit with id 0");
+      for (const count of [message.items, message.bytes]) {
+        if (!Number.isSafeInteger(count) || count < 0) fail("credit count");
+      }
       break;
     case "hello":
       if (id !== 0) fail("hello id");
-      if (message.version !== 1) fail("hello version");
+      if (message.version !== 1 && message.version !== 2) {
+        fail("hello version");
+      }
       if (!Number.isSafeInteger(message.pid) || message.pid < 0) {
         fail("hello pid");
       }

@@ -169,8 +169,75 @@ describe("decodeMessage() refusals", () => {
     assertRefused({ type: "call", id: 1, op: "x", args: { 0: 1 } }, /args/);
   });
 
+  test("decodeMessage() reads hellos of message versions 1 and 2", () => {
+    for (const version of [1, 2]) {
+      const hello = decodeRecord({ ...HELLO, version });
+      assert.equal(hello.type === "hello" && hello.version, version);
+    }
+  });
+
+  test("decodeMessage() reads the stream messages and a call's window", () => {
+    assert.deepEqual(
+      decodeRecord({
+        type: "call",
+        id: 3,
+        op: "rows",
+        args: [],
+        windowItems: 8,
+        windowBytes: 4096,
+      }),
+      {
+        type: "call",
+        id: 3,
+        op: "rows",
+        args: [],
+        windowItems: 8,
+        windowBytes: 4096,
+      },
+    );
+    assert.deepEqual(decodeRecord({ type: "items", id: 3, values: [1, 2] }), {
+      type: "items",
+      id: 3,
+      values: [1, 2],
+    });
+    assert.deepEqual(decodeRecord({ type: "end", id: 3 }), {
+      type: "end",
+      id: 3,
+    });
+    assert.deepEqual(
+      decodeRecord({ type: "credit", id: 3, items: 2, bytes: 40 }),
+      { type: "credit", id: 3, items: 2, bytes: 40 },
+    );
+    assert.deepEqual(
+      decodeRecord({ type: "progress", id: 3, value: { done: 0.5 } }),
+      { type: "progress", id: 3, value: { done: 0.5 } },
+    );
+  });
+
+  test("decodeMessage() refuses malformed stream messages and windows", () => {
+    assertRefused({ type: "items", id: 3, values: [] }, /non-empty list/);
+    assertRefused({ type: "items", id: 3, values: "x" }, /non-empty list/);
+    assertRefused({ type: "items", id: 0, values: [1] }, /reserved id 0/);
+    assertRefused({ type: "end", id: 0 }, /reserved id 0/);
+    assertRefused({ type: "credit", id: 3, items: -1, bytes: 0 }, /"items"/);
+    assertRefused({ type: "credit", id: 3, items: 1, bytes: 0.5 }, /"bytes"/);
+    assertRefused({ type: "credit", id: 3, items: 1 }, /"bytes"/);
+    assertRefused(
+      { type: "call", id: 3, op: "rows", args: [], windowItems: 0 },
+      /"windowItems" 0/,
+    );
+    assertRefused(
+      { type: "call", id: 3, op: "rows", args: [], windowBytes: "big" },
+      /"windowBytes" big/,
+    );
+  });
+
   test("decodeMessage() refuses a hello of another version, with both versions named", () => {
-    assertRefused({ ...HELLO, version: 2 }, /version 2, this parent speaks 1/);
+    assertRefused(
+      { ...HELLO, version: 3 },
+      /version 3, this parent speaks 1 to 2/,
+    );
+    assertRefused({ ...HELLO, version: 0 }, /version 0/);
     assertRefused({ ...HELLO, version: undefined }, /version undefined/);
   });
 

@@ -54,7 +54,7 @@ describe("serve() in a real worker process", () => {
     assert.deepEqual(hello, {
       type: "hello",
       id: 0,
-      version: 1,
+      version: 2,
       pid: worker.pid,
       ops: OPS,
       runtime: `${RUNTIME} ${version}`,

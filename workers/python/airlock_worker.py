@@ -54,7 +54,15 @@ A handler that declares a keyword-only parameter ``context`` receives the
 ``threading.Event`` set when the parent cancels the call or its deadline
 passes); ``current_call()`` returns the same object from anywhere inside the
 call. ``async def`` handlers run on one shared asyncio loop and are cancelled
-as asyncio tasks.
+as asyncio tasks. ``context.progress(value)`` reports progress to the
+parent's ``onProgress`` without ending the call (throttled: at most one
+report every 50 ms, the latest value winning).
+
+A handler that is a generator function, or an async generator function (or
+returns a generator or an async iterator), streams: each value it yields
+travels to the parent as it comes, never more than the call's window ahead of
+what the parent consumed; when the parent stops early the generator is closed
+(its ``finally`` blocks run).
 
 Values map as docs/python.md describes: dict, list, str, int, float, bool,
 None, bytes (bytearray and memoryview too), datetime (UTC), set; typed arrays
@@ -83,6 +91,7 @@ import re
 import struct
 import sys
 import threading
+import time
 import traceback
 
 __all__ = [
@@ -101,8 +110,16 @@ __all__ = [
     "main",
 ]
 
-#: The protocol version this module speaks.
+#: The frame layout version this module speaks (the frame header's byte 4).
 PROTOCOL_VERSION = 1
+#: The message version sent in the hello: 2 adds streams and progress.
+MESSAGE_VERSION = 2
+#: Values of a stream in flight (sent, not yet credited) when a call sets no window.
+DEFAULT_STREAM_WINDOW_ITEMS = 1024
+#: Payload bytes of a stream in flight when a call sets no window: 4 MiB.
+DEFAULT_STREAM_WINDOW_BYTES = 4 * 1024 * 1024
+#: The shortest gap between two progress messages of one call, in seconds.
+PROGRESS_INTERVAL_SECONDS = 0.05
 #: The four bytes every frame starts with.
 FRAME_MAGIC = b"\x89ALK"
 #: Bytes in a frame header.
@@ -123,6 +140,7 @@ RESERVED_NAMES = (
     "catch",
     "finally",
     "call",
+    "stream",
     "close",
     "restart",
     "invalidate",
@@ -1167,13 +1185,72 @@ class CallContext:
     (explicitly, or because its deadline passed).
     """
 
-    __slots__ = ("id", "op", "cancelled", "_future")
+    __slots__ = (
+        "id",
+        "op",
+        "cancelled",
+        "_future",
+        "_server",
+        "_progress_lock",
+        "_progress_at",
+        "_progress_pending",
+        "_progress_timer",
+        "_ended",
+    )
 
-    def __init__(self, call_id, op):
+    def __init__(self, call_id, op, server=None):
         self.id = call_id
         self.op = op
         self.cancelled = threading.Event()
         self._future = None
+        self._server = server
+        self._progress_lock = threading.Lock()
+        self._progress_at = 0.0
+        self._progress_pending = None
+        self._progress_timer = None
+        self._ended = False
+
+    def progress(self, value):
+        """Reports progress to the parent without ending the call.
+
+        Throttled: at most one report every 50 ms goes out, the latest value
+        winning; one held back is sent before the call's answer. Raises
+        ``TypeError`` when a value sent at once cannot cross.
+        """
+        if self._server is None:
+            return
+        with self._progress_lock:
+            if self._ended:
+                return
+            now = time.monotonic()
+            wait = self._progress_at + PROGRESS_INTERVAL_SECONDS - now
+            if wait > 0:
+                self._progress_pending = (value,)
+                if self._progress_timer is None:
+                    timer = threading.Timer(wait, self._flush_progress)
+                    timer.daemon = True
+                    self._progress_timer = timer
+                    timer.start()
+                return
+            self._progress_pending = None
+            self._progress_at = now
+        self._server.send({"type": "progress", "id": self.id, "value": value})
+
+    def _flush_progress(self, ending=False):
+        with self._progress_lock:
+            if self._progress_timer is not None:
+                self._progress_timer.cancel()
+                self._progress_timer = None
+            pending = self._progress_pending
+            self._progress_pending = None
+            self._progress_at = time.monotonic()
+            if ending:
+                self._ended = True
+        if pending is not None and self._server is not None:
+            try:
+                self._server.send({"type": "progress", "id": self.id, "value": pending[0]})
+            except Exception as error:  # noqa: BLE001 - the handler has moved on
+                sys.stderr.write(f"airlock worker: cannot send progress of call {self.id}: {error}\n")
 
     def check(self):
         """Raises ``AbortError`` if the call was cancelled."""
@@ -1330,13 +1407,17 @@ def _write_all(fd, data):
 
 
 class _Call:
-    __slots__ = ("id", "op", "args", "context")
+    __slots__ = ("id", "op", "args", "context", "window_items", "window_bytes", "in_flight_items", "in_flight_bytes")
 
-    def __init__(self, call_id, op, args):
+    def __init__(self, call_id, op, args, server=None, window_items=None, window_bytes=None):
         self.id = call_id
         self.op = op
         self.args = args
-        self.context = CallContext(call_id, op)
+        self.context = CallContext(call_id, op, server)
+        self.window_items = window_items or DEFAULT_STREAM_WINDOW_ITEMS
+        self.window_bytes = window_bytes or DEFAULT_STREAM_WINDOW_BYTES
+        self.in_flight_items = 0
+        self.in_flight_bytes = 0
 
 
 class _Server:
@@ -1360,6 +1441,7 @@ class _Server:
     # -- output -------------------------------------------------------------
 
     def send(self, message):
+        """Writes one message; returns its payload bytes."""
         head, attachments, area_bytes = encode_value(message, root="")
         chunks = _frame_chunks(head, attachments, area_bytes)
         with self.write_lock:
@@ -1369,6 +1451,7 @@ class _Server:
             except OSError:
                 # The parent is gone.
                 _exit(0)
+        return len(head) + area_bytes
 
     def answer(self, call_id, value):
         try:
@@ -1393,7 +1476,7 @@ class _Server:
             {
                 "type": "hello",
                 "id": 0,
-                "version": PROTOCOL_VERSION,
+                "version": MESSAGE_VERSION,
                 "pid": os.getpid(),
                 "ops": self.ops,
                 "runtime": f"python {platform.python_version()}",
@@ -1446,7 +1529,23 @@ class _Server:
                 args = []
             if not isinstance(args, list):
                 raise ProtocolError(f'Cannot read message: "call" {call_id} has args that are not a list')
-            self.admit(_Call(call_id, op, args))
+            windows = []
+            for key in ("windowItems", "windowBytes"):
+                window = message.get(key)
+                if window is not None and (type(window) is not int or window < 1):
+                    raise ProtocolError(f'Cannot read message: "call" has an invalid "{key}" {window!r}')
+                windows.append(window)
+            self.admit(_Call(call_id, op, args, self, windows[0], windows[1]))
+        elif kind == "credit":
+            call_id = message.get("id")
+            items = message.get("items")
+            size = message.get("bytes")
+            if not _is_call_id(call_id):
+                raise ProtocolError(f'Cannot read message: "credit" has an invalid id {call_id!r}')
+            for key, count in (("items", items), ("bytes", size)):
+                if type(count) is not int or count < 0:
+                    raise ProtocolError(f'Cannot read message: "credit" has an invalid "{key}" {count!r}')
+            self.credit(call_id, items, size)
         elif kind == "cancel":
             call_id = message.get("id")
             if not _is_call_id(call_id):
@@ -1454,7 +1553,7 @@ class _Server:
             self.cancel(call_id)
         elif kind == "shutdown":
             self.shutdown()
-        elif kind in ("hello", "fatal", "result", "error", "shutdown-ack"):
+        elif kind in ("hello", "fatal", "result", "error", "items", "end", "progress", "shutdown-ack"):
             sys.stderr.write(f'airlock worker: ignoring unexpected "{kind}" message from the parent\n')
         else:
             raise ProtocolError(f"Cannot read message: unknown type {kind!r}")
@@ -1477,6 +1576,15 @@ class _Server:
                 ShutdownError(f'Cannot run "{call.op}": the worker is shutting down and accepts no new calls'),
             )
 
+    def credit(self, call_id, items, size):
+        with self.lock:
+            call = self.running.get(call_id)
+            if call is None:
+                return
+            call.in_flight_items = max(0, call.in_flight_items - items)
+            call.in_flight_bytes = max(0, call.in_flight_bytes - size)
+            self.lock.notify_all()
+
     def cancel(self, call_id):
         dropped = None
         future = None
@@ -1484,6 +1592,7 @@ class _Server:
             call = self.running.get(call_id)
             if call is not None:
                 call.context.cancelled.set()
+                self.lock.notify_all()
                 future = call.context._future
             else:
                 for queued in self.waiting:
@@ -1556,13 +1665,89 @@ class _Server:
                 code = 1
             _exit(code or 0)
         except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            context._flush_progress(ending=True)
             self.fail(call.id, AbortError())
             return
         except BaseException as error:  # noqa: BLE001 - every failure is an answer
             _trim_traceback(error)
+            context._flush_progress(ending=True)
             self.fail(call.id, error)
             return
+        if inspect.isgenerator(value) or inspect.isasyncgen(value) or (
+            hasattr(value, "__anext__") and hasattr(value, "__aiter__")
+        ):
+            self.stream(call, value)
+            return
+        context._flush_progress(ending=True)
         self.answer(call.id, value)
+
+    def stream(self, call, iterator):
+        """Sends a streaming handler's values within the call's window, then ``end``."""
+        context = call.context
+        is_async = not inspect.isgenerator(iterator)
+        done = False
+        try:
+            while True:
+                with self.lock:
+                    while not context.cancelled.is_set() and (
+                        call.in_flight_items >= call.window_items or call.in_flight_bytes >= call.window_bytes
+                    ):
+                        self.lock.wait()
+                if context.cancelled.is_set():
+                    raise AbortError()
+                try:
+                    if is_async:
+                        value = self.await_on_loop(iterator.__anext__(), context)
+                    else:
+                        value = next(iterator)
+                except (StopIteration, StopAsyncIteration):
+                    done = True
+                    break
+                if context.cancelled.is_set():
+                    raise AbortError()
+                try:
+                    size = self.send({"type": "items", "id": call.id, "values": [value]})
+                except TypeError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - a value that broke the encoder
+                    raise TypeError(f"Cannot send value: {type(error).__name__}: {error}") from None
+                with self.lock:
+                    call.in_flight_items += 1
+                    call.in_flight_bytes += size
+        except SystemExit as stop:
+            code = stop.code
+            if code is not None and not isinstance(code, int):
+                sys.stderr.write(f"{code}\n")
+                code = 1
+            _exit(code or 0)
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            self.close_iterator(iterator, is_async, done)
+            context._flush_progress(ending=True)
+            self.fail(call.id, AbortError())
+            return
+        except BaseException as error:  # noqa: BLE001 - every failure is an answer
+            _trim_traceback(error)
+            self.close_iterator(iterator, is_async, done)
+            context._flush_progress(ending=True)
+            self.fail(call.id, error)
+            return
+        context._flush_progress(ending=True)
+        self.send({"type": "end", "id": call.id})
+
+    def close_iterator(self, iterator, is_async, done):
+        """Runs a generator's ``finally`` blocks after an early end."""
+        if done:
+            return
+        try:
+            if is_async:
+                closer = getattr(iterator, "aclose", None)
+                if closer is not None:
+                    future = asyncio.run_coroutine_threadsafe(closer(), self.event_loop())
+                    future.result(timeout=30)
+            else:
+                iterator.close()
+        except BaseException as error:  # noqa: BLE001 - the first failure is what the parent hears
+            sys.stderr.write(f"airlock worker: closing the stream of a call failed: {type(error).__name__}: {error}\n")
 
     def await_on_loop(self, awaitable, context):
         loop = self.event_loop()
