@@ -13,8 +13,6 @@ let nextId = 1;
 
 /** A call record with its promise and abort wiring. */
 export interface PendingCall extends CallRecord {
-  /** The arguments (kept for messages). */
-  readonly args: unknown[];
   /** Settles with the call's outcome. */
   readonly promise: Promise<unknown>;
   /** The caller's signal, if any. */
@@ -60,14 +58,12 @@ export function createCall(
   const record: PendingCall = {
     id,
     op,
-    args,
     chunks,
     timeoutMs,
     idempotent,
     signal,
     promise,
     attempts: 0,
-    written: false,
     settled: false,
     resolve(value) {
       if (record.settled) return;

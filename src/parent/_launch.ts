@@ -53,7 +53,6 @@ export function routedEvents(initial: ConnectionEvents): RoutedEvents {
   return {
     onLost: (calls, exit) => target.onLost(calls, exit),
     onTimeout: (call) => target.onTimeout(call),
-    onAnswer: (call) => target.onAnswer(call),
     onSlotFree: () => target.onSlotFree?.(),
     route(next) {
       target = next;
@@ -68,7 +67,6 @@ function startEvents(module: string): ConnectionEvents {
       for (const call of calls) call.reject(crashError(module, call, exit));
     },
     onTimeout() {},
-    onAnswer() {},
   };
 }
 

@@ -8,8 +8,7 @@
 
 import {
   ProtocolError,
-  RemoteError,
-  WorkerCrashedError,
+  type RemoteError,
   WorkerStartError,
   WorkerTimeoutError,
 } from "../errors.ts";
@@ -21,27 +20,27 @@ import {
   type HelloMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
+import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import type { WorkerCommand } from "../runtime/worker_command.ts";
 import { readRssBytes } from "../runtime/proc.ts";
+import { DeadlineQueue } from "./_deadlines.ts";
+import {
+  type ConnectionExit,
+  exitReason,
+  startError,
+  type StartFatal,
+  type Truncation,
+} from "./_exit.ts";
+import { LineSplitter, type LogSink, OutputTail } from "./_log.ts";
+import { toRemoteError } from "./_remote_error.ts";
 
-/** Bytes of stderr (and stray stdout) kept for crash reports. */
-export const STDERR_TAIL_BYTES = 8 * 1024;
+export { crashError } from "./_exit.ts";
+export type { ConnectionExit } from "./_exit.ts";
+export type { LogSink, LogSource } from "./_log.ts";
+
 /** How long to keep reading stdout after the process exited. */
 const DRAIN_AFTER_EXIT_MS = 1_000;
-
-/** Where a worker's log lines go. */
-export type LogSink = (line: string, source: LogSource) => void;
-
-/** Who wrote a log line. */
-export interface LogSource {
-  /** The worker module (or command). */
-  module: string;
-  /** The worker's pid. */
-  pid: number;
-  /** `"stderr"`, or `"stdout"` for stray bytes on the frame stream. */
-  stream: "stderr" | "stdout";
-}
 
 /** One call on its way through a connection. Owned by a session or pool. */
 export interface CallRecord {
@@ -57,8 +56,6 @@ export interface CallRecord {
   readonly idempotent: boolean;
   /** Times it has been handed to a worker. */
   attempts: number;
-  /** Whether it has ever been (or started to be) written to a worker. */
-  written: boolean;
   /** Whether its promise has settled. */
   settled: boolean;
   /** Settles the call. */
@@ -67,42 +64,12 @@ export interface CallRecord {
   reject(error: unknown): void;
 }
 
-/** When a call written to the worker times out. */
-interface Deadline {
-  /** The call. */
-  call: CallRecord;
-  /** When it was written (ms since the epoch). */
-  startedAt: number;
-  /** When it times out (ms since the epoch). */
-  at: number;
-}
-
-/** How a connection ended. */
-export interface ConnectionExit {
-  /** The exit code, or `null` when a signal ended it. */
-  code: number | null;
-  /** The signal name, or `null`. */
-  signal: string | null;
-  /** Why airlock stopped it, if it did. */
-  reason: string | undefined;
-  /** Whether the exit was asked for (close, restart, recycle). */
-  requested: boolean;
-  /** The tail of stderr. */
-  stderrTail: string;
-  /** The worker's pid. */
-  pid: number;
-  /** A protocol violation that ended it, if any. */
-  protocolError: ProtocolError | undefined;
-}
-
 /** What a connection tells its owner. */
 export interface ConnectionEvents {
   /** Calls that were in flight when the process went away, not yet settled. */
   onLost(calls: CallRecord[], exit: ConnectionExit): void;
   /** A call passed its deadline and was rejected. */
   onTimeout(call: CallRecord): void;
-  /** A call was answered. */
-  onAnswer(call: CallRecord): void;
   /** The worker finished something it was running (occupancy went down). */
   onSlotFree?(): void;
 }
@@ -140,52 +107,6 @@ function timeoutReason(call: CallRecord): string {
   return `killed by airlock because call "${call.op}" (id ${call.id}) timed out twice in a row`;
 }
 
-/** Bytes asked of each read of a worker's stdout. */
-const READ_BYTES = 64 * 1024;
-/** Reads of at most this many bytes are copied out and the buffer reused. */
-const COPY_READ_BYTES = 4 * 1024;
-
-/** Reads a stream chunk by chunk; `undefined` at its end. */
-interface ChunkReader {
-  read(): Promise<Uint8Array | undefined>;
-  cancel(): Promise<void>;
-}
-
-/**
- * Reads a worker's stdout. Where the stream is a byte stream (Deno), reads
- * go into one reused buffer, and a small read is copied out: a plain reader
- * would allocate (and zero) a fresh 64 KiB buffer for every read, which a
- * round trip of a few dozen bytes pays for in time and garbage. Every chunk
- * handed out is its own memory, never written again (frames keep views on
- * it).
- */
-function stdoutReader(stream: ReadableStream<Uint8Array>): ChunkReader {
-  let byob: ReadableStreamBYOBReader;
-  try {
-    byob = stream.getReader({ mode: "byob" });
-  } catch {
-    const reader = stream.getReader();
-    return {
-      read: () => reader.read().then((result) => result.value),
-      cancel: () => reader.cancel(),
-    };
-  }
-  let buffer = new ArrayBuffer(READ_BYTES);
-  return {
-    async read() {
-      const { value, done } = await byob.read(new Uint8Array(buffer));
-      if (done || value === undefined) return undefined;
-      if (value.byteLength <= COPY_READ_BYTES) {
-        buffer = value.buffer;
-        return value.slice();
-      }
-      buffer = new ArrayBuffer(READ_BYTES);
-      return value;
-    },
-    cancel: () => byob.cancel(),
-  };
-}
-
 /** A live worker process. Create with {@linkcode startConnection}. */
 export class Connection {
   /** The worker module (or command), for messages. */
@@ -203,25 +124,20 @@ export class Connection {
   #child: ChildHandle;
   #hello: HelloMessage | undefined;
   #pending = new Map<number, CallRecord>();
-  /**
-   * Deadlines of the calls written, by id. One shared, unref'd timer serves
-   * them all, armed for the earliest: a timer per call cost ~1.6 µs of CPU
-   * per call on Deno (a quarter of the parent's work at 64 calls in flight).
-   * While calls are pending the child is ref'd, so the timer fires on time.
-   */
-  #timers = new Map<number, Deadline>();
-  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
-  #deadlineAt = Infinity;
+  /** Deadlines of the calls written. */
+  #deadlines = new DeadlineQueue<CallRecord>((call, startedAt) =>
+    this.#timeout(call, startedAt)
+  );
   #cancelling = new Map<number, ReturnType<typeof setTimeout>>();
-  #tail = "";
+  #tail = new OutputTail();
   #killReason: string | undefined;
   #requested = false;
   #protocolError: ProtocolError | undefined;
   #exit: ConnectionExit | undefined;
   #resolveReady!: (hello: HelloMessage) => void;
   #rejectReady!: (error: Error) => void;
-  #fatal: { phase: "import" | "definition"; error: Error } | undefined;
-  #truncated: { expectedBytes: number; receivedBytes: number } | undefined;
+  #fatal: StartFatal | undefined;
+  #truncated: Truncation | undefined;
   #consecutiveTimeouts = 0;
 
   /** @internal Use {@linkcode startConnection}. */
@@ -287,7 +203,7 @@ export class Connection {
 
   /** The tail of the worker's stderr. */
   get stderrTail(): string {
-    return this.#tail;
+    return this.#tail.text;
   }
 
   /** Calls that timed out in a row without an answer in between. */
@@ -308,61 +224,20 @@ export class Connection {
    */
   send(call: CallRecord): void {
     call.attempts++;
-    call.written = true;
     this.#pending.set(call.id, call);
     this.#syncRef();
-    if (call.timeoutMs > 0) {
-      // The deadline counts from when the call is written. Until the write
-      // completes it also counts from now, so a worker that stopped reading
-      // its stdin (a full pipe) cannot hold the call forever.
-      const startedAt = Date.now();
-      const at = startedAt + call.timeoutMs;
-      this.#timers.set(call.id, { call, startedAt, at });
-      if (at < this.#deadlineAt) this.#armDeadline(at);
-    }
+    // The deadline counts from when the call is written. Until the write
+    // completes it also counts from now, so a worker that stopped reading
+    // its stdin (a full pipe) cannot hold the call forever.
+    if (call.timeoutMs > 0) this.#deadlines.add(call);
     this.#child.write(call.chunks).then(() => {
-      const deadline = this.#timers.get(call.id);
-      if (deadline && deadline.call === call) {
-        deadline.startedAt = Date.now();
-        deadline.at = deadline.startedAt + call.timeoutMs;
-      }
+      this.#deadlines.restart(call);
     }, () => {
       // The pipe broke: the exit handler reports the call as lost.
     });
   }
 
-  #armDeadline(at: number): void {
-    if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
-    this.#deadlineAt = at;
-    const timer = setTimeout(
-      () => this.#onDeadline(),
-      Math.max(0, at - Date.now()),
-    );
-    (timer as { unref?: () => void }).unref?.();
-    this.#deadlineTimer = timer;
-  }
-
-  #onDeadline(): void {
-    this.#deadlineTimer = undefined;
-    this.#deadlineAt = Infinity;
-    const now = Date.now();
-    const due: Deadline[] = [];
-    let next = Infinity;
-    for (const deadline of this.#timers.values()) {
-      if (deadline.at <= now) due.push(deadline);
-      else if (deadline.at < next) next = deadline.at;
-    }
-    due.sort((a, b) => a.at - b.at);
-    for (const deadline of due) {
-      this.#timeout(deadline.call, deadline.startedAt);
-    }
-    if (next < this.#deadlineAt && this.#exit === undefined) {
-      this.#armDeadline(next);
-    }
-  }
-
   #timeout(call: CallRecord, startedAt: number): void {
-    this.#timers.delete(call.id);
     if (this.#pending.get(call.id) !== call) return;
     this.#consecutiveTimeouts++;
     this.#abandon(
@@ -398,7 +273,7 @@ export class Connection {
 
   #abandon(call: CallRecord, reason: unknown, what: string): void {
     this.#pending.delete(call.id);
-    this.#clearTimer(call.id);
+    this.#deadlines.delete(call.id);
     const grace = this.#options.cancelGraceMs;
     this.#cancelling.set(
       call.id,
@@ -422,11 +297,6 @@ export class Connection {
   #writeCancel(id: number): void {
     if (this.#exit) return;
     this.#child.write(encodeMessage({ type: "cancel", id })).catch(() => {});
-  }
-
-  #clearTimer(id: number): void {
-    // The shared timer stays armed; when it fires it finds nothing due.
-    this.#timers.delete(id);
   }
 
   /**
@@ -517,13 +387,6 @@ export class Connection {
     }
   }
 
-  #keepTail(text: string): void {
-    this.#tail += text;
-    if (this.#tail.length > STDERR_TAIL_BYTES) {
-      this.#tail = this.#tail.slice(this.#tail.length - STDERR_TAIL_BYTES);
-    }
-  }
-
   async #pumpStdout(): Promise<void> {
     const decoder = new TextDecoder();
     const frames = new FrameReader({
@@ -531,13 +394,13 @@ export class Connection {
       onFrame: (frame) => this.#onMessage(decodeMessage(frame)),
       onStray: (bytes) => {
         const text = decoder.decode(bytes, { stream: true });
-        this.#keepTail(text);
+        this.#tail.push(text);
         for (const line of text.split("\n")) {
           if (line) this.#log(line, "stdout");
         }
       },
     });
-    const reader = stdoutReader(this.#child.stdout);
+    const reader = chunkReader(this.#child.stdout);
     this.#stdoutReader = reader;
     try {
       while (true) {
@@ -558,7 +421,7 @@ export class Connection {
         // Reading stopped: nothing more would ever be answered, so stop the
         // worker now rather than let its calls wait for their deadlines.
         const why = error instanceof Error ? error.message : String(error);
-        this.#keepTail(`\n[airlock: cannot read worker stdout: ${why}]\n`);
+        this.#tail.push(`\n[airlock: cannot read worker stdout: ${why}]\n`);
         this.kill(
           `killed by airlock because its stdout could not be read: ${why}`,
         );
@@ -571,7 +434,8 @@ export class Connection {
 
   async #pumpStderr(): Promise<void> {
     const decoder = new TextDecoder();
-    let partial = "";
+    const lines = new LineSplitter();
+    const emit = (line: string) => this.#log(line, "stderr");
     const reader = this.#child.stderr.getReader();
     this.#stderrReader = reader;
     try {
@@ -579,15 +443,13 @@ export class Connection {
         const { value, done } = await reader.read();
         if (done) break;
         const text = decoder.decode(value, { stream: true });
-        this.#keepTail(text);
-        const lines = (partial + text).split("\n");
-        partial = lines.pop() ?? "";
-        for (const line of lines) this.#log(line, "stderr");
+        this.#tail.push(text);
+        lines.push(text, emit);
       }
     } catch {
       // The pipe went away with the process.
     }
-    if (partial) this.#log(partial, "stderr");
+    lines.end(emit);
   }
 
   #stderrReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
@@ -623,12 +485,11 @@ export class Connection {
           return;
         }
         this.#pending.delete(message.id);
-        this.#clearTimer(message.id);
+        this.#deadlines.delete(message.id);
         this.#consecutiveTimeouts = 0;
         this.#syncRef();
         if (message.type === "result") call.resolve(message.value);
         else call.reject(this.#remoteError(call.op, message.error));
-        this.#options.events.onAnswer(call);
         return;
       }
       case "shutdown-ack":
@@ -670,138 +531,40 @@ export class Connection {
       this.#stderrReader?.cancel().catch(() => {});
     }
     const mapped = this.#options.command.mapExit(status.code, status.signal);
-    const truncated = this.#truncated;
     const exit: ConnectionExit = {
       code: mapped.code,
       signal: mapped.signal,
-      reason: this.#killReason ??
-        (truncated && this.#hello
-          ? `exited in the middle of a frame (${truncated.receivedBytes} of ${truncated.expectedBytes} bytes written)`
-          : undefined),
+      reason: exitReason(
+        this.#killReason,
+        this.#truncated,
+        this.#hello !== undefined,
+      ),
       requested: this.#requested,
-      stderrTail: this.#tail,
+      stderrTail: this.#tail.text,
       pid: this.pid,
       protocolError: this.#protocolError,
     };
     this.#exit = exit;
-    if (this.#deadlineTimer !== undefined) clearTimeout(this.#deadlineTimer);
-    this.#deadlineTimer = undefined;
+    this.#deadlines.stop();
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
-    this.#timers.clear();
     this.#cancelling.clear();
-    if (!this.#hello) this.#rejectReady(this.#startError(exit));
+    if (!this.#hello) {
+      this.#rejectReady(
+        startError(
+          this.module,
+          this.spawnPid,
+          exit,
+          this.#fatal,
+          this.#truncated,
+        ),
+      );
+    }
     const lost = [...this.#pending.values()];
     this.#pending.clear();
     if (lost.length > 0) this.#options.events.onLost(lost, exit);
     this.#syncRef();
     return exit;
   }
-
-  #startError(exit: ConnectionExit): WorkerStartError {
-    const base = {
-      module: this.module,
-      pid: this.spawnPid,
-      exitCode: exit.code,
-      signal: exit.signal,
-      stderrTail: exit.stderrTail,
-    };
-    if (this.#fatal) {
-      const error = this.#fatal.error;
-      return new WorkerStartError({
-        ...base,
-        failure: this.#fatal.phase,
-        detail: this.#fatal.phase === "import"
-          ? `the module threw during import: ${error.name}: ${error.message}`
-          : `invalid worker definition: ${error.message}`,
-        remoteMessage: error.message,
-        remoteStack: error.stack,
-        cause: error,
-      });
-    }
-    if (exit.protocolError) {
-      return new WorkerStartError({
-        ...base,
-        failure: "handshake",
-        detail:
-          `it broke the protocol before ready: ${exit.protocolError.message}`,
-        cause: exit.protocolError,
-      });
-    }
-    const truncated = this.#truncated
-      ? ` (a frame was cut short: ${this.#truncated.receivedBytes} of ${this.#truncated.expectedBytes} bytes)`
-      : "";
-    return new WorkerStartError({
-      ...base,
-      failure: "exited",
-      detail: `${
-        exit.reason ?? "the process ended before it was ready"
-      }${truncated}`,
-    });
-  }
-}
-
-/**
- * The crash error for a call lost with a worker process.
- *
- * @param module The worker module (or command).
- * @param call The call.
- * @param exit How the process ended.
- * @returns The error.
- */
-export function crashError(
-  module: string,
-  call: CallRecord,
-  exit: ConnectionExit,
-): WorkerCrashedError {
-  return new WorkerCrashedError({
-    module,
-    pid: exit.pid,
-    exitCode: exit.code,
-    signal: exit.signal,
-    stderrTail: exit.stderrTail,
-    op: call.op,
-    reason: exit.protocolError
-      ? `the worker broke the protocol (${exit.protocolError.message})`
-      : exit.reason,
-    ...(exit.protocolError ? { cause: exit.protocolError } : {}),
-  });
-}
-
-/**
- * Rebuilds a `RemoteError` from what a worker sent as an error.
- *
- * @param value The decoded error value.
- * @param where The module, op and pid.
- * @returns The remote error.
- */
-export function toRemoteError(
-  value: unknown,
-  where: { module: string; op: string; pid: number },
-): RemoteError {
-  if (value instanceof Error) {
-    const properties: Record<string, unknown> = {};
-    for (const key of Object.keys(value)) {
-      if (key === "name" || key === "message" || key === "stack") continue;
-      if (key === "cause") continue;
-      properties[key] = (value as unknown as Record<string, unknown>)[key];
-    }
-    return new RemoteError({
-      ...where,
-      remoteName: value.name,
-      remoteMessage: value.message,
-      remoteStack: value.stack,
-      properties,
-      ...("cause" in value ? { cause: value.cause } : {}),
-    });
-  }
-  return new RemoteError({
-    ...where,
-    remoteName: "Error",
-    remoteMessage: typeof value === "string"
-      ? value
-      : `the handler threw a non-error value: ${String(value)}`,
-    properties: { value },
-  });
 }
 
 /**

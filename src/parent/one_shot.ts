@@ -95,7 +95,6 @@ export function oneShot<D = unknown>(
         }
       },
       onTimeout() {},
-      onAnswer() {},
     };
     let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
     let aborted = false;

@@ -305,7 +305,6 @@ class PoolCore {
     launchWorker(this.options, this.adapter, {
       onLost: (calls, exit) => this.#onLost(calls, exit),
       onTimeout: () => {},
-      onAnswer: () => {},
       onSlotFree: () => {
         if (holder.worker) this.#onSlotFree(holder.worker);
       },

@@ -270,8 +270,6 @@ class SessionCore implements ConnectionEvents {
     this.#stats.timeouts++;
   }
 
-  onAnswer(): void {}
-
   restart(): Promise<void> {
     if (this.#closing) {
       return Promise.reject(

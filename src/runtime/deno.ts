@@ -13,6 +13,7 @@ import type {
   WorkerStdio,
 } from "./types.ts";
 import { serialWriter } from "./_write_queue.ts";
+import { COPY_READ_BYTES, READ_BYTES } from "./chunk_reader.ts";
 
 const encoder = new TextEncoder();
 
@@ -93,11 +94,6 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
  * reads; larger chunks keep the async path.
  */
 const SYNC_WRITE_BYTES = 64 * 1024;
-
-/** Bytes asked of each stdin read. */
-const READ_BYTES = 64 * 1024;
-/** Reads of at most this many bytes are copied out, and the buffer reused. */
-const COPY_READ_BYTES = 4 * 1024;
 
 /**
  * Stdin as a plain stream of chunks, read with `Deno.stdin.read`: cheaper per

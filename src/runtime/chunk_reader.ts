@@ -1,0 +1,61 @@
+/**
+ * Reading a pipe in chunks without a fresh buffer per read: the sizes both
+ * sides use (the parent reading a worker's stdout, a Deno worker reading its
+ * stdin) and the parent's reader over a Web stream.
+ *
+ * @module
+ */
+
+/** Bytes asked of each read of a pipe. */
+export const READ_BYTES = 64 * 1024;
+/**
+ * Reads of at most this many bytes are copied out and the buffer reused; a
+ * larger read keeps the buffer and a fresh one is allocated.
+ */
+export const COPY_READ_BYTES = 4 * 1024;
+
+/** Reads a stream chunk by chunk; `undefined` at its end. */
+export interface ChunkReader {
+  /** The next chunk, or `undefined` once the stream has ended. */
+  read(): Promise<Uint8Array | undefined>;
+  /** Stops reading and releases the stream. */
+  cancel(): Promise<void>;
+}
+
+/**
+ * Reads a stream in chunks. Where the stream is a byte stream (Deno), reads
+ * go into one reused buffer, and a small read is copied out: a plain reader
+ * would allocate (and zero) a fresh 64 KiB buffer for every read, which a
+ * round trip of a few dozen bytes pays for in time and garbage. Every chunk
+ * handed out is its own memory, never written again (frames keep views on
+ * it).
+ *
+ * @param stream The stream (a child's stdout).
+ * @returns The reader.
+ */
+export function chunkReader(stream: ReadableStream<Uint8Array>): ChunkReader {
+  let byob: ReadableStreamBYOBReader;
+  try {
+    byob = stream.getReader({ mode: "byob" });
+  } catch {
+    const reader = stream.getReader();
+    return {
+      read: () => reader.read().then((result) => result.value),
+      cancel: () => reader.cancel(),
+    };
+  }
+  let buffer = new ArrayBuffer(READ_BYTES);
+  return {
+    async read() {
+      const { value, done } = await byob.read(new Uint8Array(buffer));
+      if (done || value === undefined) return undefined;
+      if (value.byteLength <= COPY_READ_BYTES) {
+        buffer = value.buffer;
+        return value.slice();
+      }
+      buffer = new ArrayBuffer(READ_BYTES);
+      return value;
+    },
+    cancel: () => byob.cancel(),
+  };
+}
