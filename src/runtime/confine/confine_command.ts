@@ -1,0 +1,254 @@
+/**
+ * The parent's side of the confine step: the command line that runs
+ * `workers/confine.ts` on a runtime (the worker's own, or the parent's for a
+ * `command` worker) with the spec of one worker, and the one-time probe of
+ * what the kernel offers (Landlock ABI, seccomp), made by running the same
+ * step with `--probe`.
+ *
+ * @module
+ */
+
+import { spawnSync } from "node:child_process";
+import { Buffer } from "node:buffer";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import type { RuntimeName } from "../types.ts";
+import type { ResolvedPermissions } from "../permissions.ts";
+import { landlockRuleset } from "./landlock.ts";
+import { seccompArch, seccompFilter } from "./seccomp.ts";
+import {
+  CONFINE_SPEC_VERSION,
+  type ConfineSpec,
+  encodeConfineSpec,
+} from "./spec.ts";
+
+/** A runtime that runs the confine step. */
+export interface ConfineRunner {
+  /** Which runtime. */
+  runtime: RuntimeName;
+  /** Its binary (real path). */
+  binary: string;
+}
+
+/**
+ * The URL of `workers/confine.ts` (or `.js` where airlock was installed as
+ * transpiled JavaScript).
+ *
+ * @returns The step's URL.
+ */
+export function confineEntryUrl(): URL {
+  const here = import.meta.url;
+  const extension = here.endsWith(".js") ? "js" : "ts";
+  return new URL(`../../../workers/confine.${extension}`, here);
+}
+
+/**
+ * The command that runs the confine step with one argument. Deno runs it with
+ * every permission (it is airlock's code, and it runs before the worker) and
+ * no config file; Bun without loading `.env` files. The step must be spawned
+ * with `/` as its working directory (so that no config file of the worker's
+ * project applies to it) and the worker's environment: it changes to the
+ * worker's directory itself and passes its environment on unchanged.
+ *
+ * @param runner The runtime to run the step.
+ * @param argument The encoded spec, or `--probe`.
+ * @returns The argv.
+ *
+ * @example
+ * ```ts
+ * import { confineStepArgv } from "./confine_command.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const argv = confineStepArgv({ runtime: "bun", binary: "/usr/bin/bun" }, "--probe");
+ * assert.equal(argv[0], "/usr/bin/bun");
+ * assert.equal(argv.at(-1), "--probe");
+ * ```
+ */
+export function confineStepArgv(
+  runner: ConfineRunner,
+  argument: string,
+): string[] {
+  const url = confineEntryUrl();
+  const entry = url.protocol === "file:" ? fileURLToPath(url) : url.href;
+  if (runner.runtime === "deno") {
+    return [
+      runner.binary,
+      "run",
+      "-A",
+      "--no-config",
+      "--no-lock",
+      "--quiet",
+      entry,
+      argument,
+    ];
+  }
+  return [runner.binary, "--no-env-file", entry, argument];
+}
+
+/** What the kernel offers the confine step. */
+export interface ConfineSupport {
+  /** The Landlock ABI version (0: no Landlock). */
+  landlockAbi: number;
+  /** Whether seccomp filters can be installed. */
+  seccomp: boolean;
+  /** Why the probe could not run, when it could not (both fields are then 0 / false). */
+  error?: string;
+}
+
+const probes = new Map<string, ConfineSupport>();
+
+/**
+ * What the kernel offers the confine step, asked once per runner binary by
+ * running the step with `--probe` (about one runtime start). Not Linux: no
+ * Landlock, no seccomp, without running anything.
+ *
+ * @param runner The runtime that will run the step.
+ * @param env The environment to probe with (Deno needs `DENO_DIR` or `HOME`).
+ * @returns The support found; `error` says why the probe failed.
+ */
+export function probeConfineSupport(
+  runner: ConfineRunner,
+  env: Readonly<Record<string, string>>,
+): ConfineSupport {
+  if (process.platform !== "linux") {
+    return {
+      landlockAbi: 0,
+      seccomp: false,
+      error:
+        `Landlock and seccomp need Linux, and this platform is "${process.platform}"`,
+    };
+  }
+  const key = `${runner.runtime}:${runner.binary}`;
+  const cached = probes.get(key);
+  if (cached) return cached;
+  const argv = confineStepArgv(runner, "--probe");
+  let support: ConfineSupport;
+  try {
+    const result = spawnSync(argv[0] as string, argv.slice(1), {
+      cwd: "/",
+      env: { ...env },
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: 30_000,
+    });
+    const parsed = result.status === 0
+      ? JSON.parse(String(result.stdout).trim()) as Partial<ConfineSupport>
+      : undefined;
+    if (
+      parsed && Number.isInteger(parsed.landlockAbi) &&
+      typeof parsed.seccomp === "boolean"
+    ) {
+      support = {
+        landlockAbi: parsed.landlockAbi as number,
+        seccomp: parsed.seccomp,
+      };
+    } else {
+      const why = result.error?.message ??
+        (String(result.stderr ?? "").trim().split("\n").at(-1) ||
+          `exit code ${result.status}, signal ${result.signal}`);
+      support = {
+        landlockAbi: 0,
+        seccomp: false,
+        error: `the confine step's probe failed: ${why}`,
+      };
+    }
+  } catch (error: unknown) {
+    support = {
+      landlockAbi: 0,
+      seccomp: false,
+      error: `the confine step's probe failed: ${
+        error instanceof Error ? error.message : String(error)
+      }`,
+    };
+  }
+  probes.set(key, support);
+  return support;
+}
+
+/** Options of {@linkcode confineSpec}. */
+export interface ConfineSpecOptions {
+  /** The kernel's Landlock ABI (0: apply no Landlock ruleset). */
+  landlockAbi: number;
+  /** Whether to install the seccomp filter. */
+  seccomp: boolean;
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** Programs and installations the worker runs from (read and execute). */
+  executables: readonly string[];
+  /** The worker's code (read-only). */
+  readOnly: readonly string[];
+  /** The worker's working directory. */
+  cwd: string;
+  /** The worker's command. */
+  argv: readonly string[];
+}
+
+/**
+ * The spec of one worker's confine step: its Landlock ruleset, its seccomp
+ * filter, its directory and command.
+ *
+ * @param options What to confine and how.
+ * @returns The spec.
+ * @throws {RangeError} when a path is relative or the architecture has no
+ * seccomp table.
+ *
+ * @example
+ * ```ts
+ * import { confineSpec } from "./confine_command.ts";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const spec = confineSpec({
+ *   landlockAbi: 6,
+ *   seccomp: false,
+ *   permissions: resolvePermissions({ read: ["/data"] }, "/app"),
+ *   executables: ["/usr/bin/python3"],
+ *   readOnly: ["/app"],
+ *   cwd: "/app",
+ *   argv: ["/usr/bin/python3", "/app/worker.py"],
+ * });
+ * assert.equal(spec.seccomp, "");
+ * assert.ok(spec.landlock?.paths.some((rule) => rule.path === "/data"));
+ * ```
+ */
+export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
+  const arch = seccompArch(process.arch);
+  if (options.seccomp && arch === undefined) {
+    throw new RangeError(
+      `Cannot build the seccomp filter: no system call table for architecture "${process.arch}" (known: x64, arm64)`,
+    );
+  }
+  return {
+    v: CONFINE_SPEC_VERSION,
+    cwd: options.cwd,
+    landlock: options.landlockAbi > 0
+      ? landlockRuleset({
+        abi: options.landlockAbi,
+        permissions: options.permissions,
+        executables: options.executables,
+        readOnly: options.readOnly,
+      })
+      : null,
+    seccomp: options.seccomp && arch !== undefined
+      ? Buffer.from(seccompFilter(options.permissions, { arch })).toString(
+        "base64",
+      )
+      : "",
+    argv: [...options.argv],
+  };
+}
+
+/**
+ * The whole confined command: the step on `runner`, with the spec as its
+ * argument. Spawn it with cwd `/` and the worker's environment.
+ *
+ * @param runner The runtime to run the step.
+ * @param spec The spec.
+ * @returns The argv.
+ */
+export function confinedArgv(
+  runner: ConfineRunner,
+  spec: ConfineSpec,
+): string[] {
+  return confineStepArgv(runner, encodeConfineSpec(spec));
+}

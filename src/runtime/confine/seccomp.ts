@@ -1,0 +1,300 @@
+/**
+ * The seccomp filter every confined worker runs under: a classic BPF program
+ * (the bytes of a `struct sock_filter` array) that refuses the system calls a
+ * worker never needs and an attacker would: debugging other processes
+ * (`ptrace`, `process_vm_readv`/`writev`), `io_uring` (whose operations slip
+ * past a filter), kernel keyrings, BPF, perf, `userfaultfd`, new namespaces
+ * and mounts, module loading, and sockets the grants do not cover (no socket
+ * at all without `net`; no unix socket unless `net` is `true`). Everything
+ * else is allowed; a call of another architecture (32-bit `int 0x80`, x32)
+ * kills the process.
+ *
+ * Pure: the same grants give the same bytes. Bubblewrap takes them with
+ * `--seccomp FD`; the confine step installs them itself (see `step.ts`).
+ *
+ * @module
+ */
+
+import process from "node:process";
+import type { ResolvedPermissions } from "../permissions.ts";
+
+/** The architectures the filter knows the system call numbers of. */
+export type SeccompArch = "x86_64" | "aarch64";
+
+/** How the filter answers a refused system call. */
+export interface SeccompDenial {
+  /** The system call's name. */
+  readonly name: string;
+  /** The errno it fails with. */
+  readonly errno: "EPERM" | "ENOSYS";
+  /** When it is refused: always, or only for some arguments. */
+  readonly when: string;
+}
+
+/** `struct seccomp_data` offsets. */
+const DATA_NR = 0;
+const DATA_ARCH = 4;
+const DATA_ARG0 = 16; // low 32 bits (little-endian on both architectures)
+
+/** BPF opcodes. */
+const LD_W_ABS = 0x20;
+const JEQ_K = 0x15;
+const JGE_K = 0x35;
+const JSET_K = 0x45;
+const RET_K = 0x06;
+
+const RET_ALLOW = 0x7fff0000;
+const RET_KILL_PROCESS = 0x80000000;
+const RET_ERRNO = 0x00050000;
+const EPERM = 1;
+const ENOSYS = 38;
+
+const AUDIT_ARCH: Record<SeccompArch, number> = {
+  "x86_64": 0xc000003e,
+  aarch64: 0xc00000b7,
+};
+
+/** x86_64 system calls with this bit set are the x32 ABI. */
+const X32_SYSCALL_BIT = 0x40000000;
+
+/** `AF_UNIX`, the first argument of `socket()` for unix sockets. */
+const AF_UNIX = 1;
+
+/**
+ * `clone()` flags that make a new namespace (`CLONE_NEWNS`, `NEWCGROUP`,
+ * `NEWUTS`, `NEWIPC`, `NEWUSER`, `NEWPID`, `NEWNET`, `NEWTIME`).
+ */
+const CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 |
+  0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080;
+
+/**
+ * The system calls refused outright (EPERM), by name, with their numbers on
+ * each architecture (`null` where it does not exist).
+ */
+const ALWAYS_DENIED: ReadonlyArray<
+  readonly [name: string, x8664: number | null, aarch64: number | null]
+> = [
+  ["ptrace", 101, 117],
+  ["process_vm_readv", 310, 270],
+  ["process_vm_writev", 311, 271],
+  ["kcmp", 312, 272],
+  ["io_uring_setup", 425, 425],
+  ["io_uring_enter", 426, 426],
+  ["io_uring_register", 427, 427],
+  ["bpf", 321, 280],
+  ["perf_event_open", 298, 241],
+  ["userfaultfd", 323, 282],
+  ["add_key", 248, 217],
+  ["request_key", 249, 218],
+  ["keyctl", 250, 219],
+  ["unshare", 272, 97],
+  ["setns", 308, 268],
+  ["mount", 165, 40],
+  ["umount2", 166, 39],
+  ["pivot_root", 155, 41],
+  ["chroot", 161, 51],
+  ["open_tree", 428, 428],
+  ["move_mount", 429, 429],
+  ["fsopen", 430, 430],
+  ["fsconfig", 431, 431],
+  ["fsmount", 432, 432],
+  ["fspick", 433, 433],
+  ["mount_setattr", 442, 442],
+  ["name_to_handle_at", 303, 264],
+  ["open_by_handle_at", 304, 265],
+  ["init_module", 175, 105],
+  ["finit_module", 313, 273],
+  ["delete_module", 176, 106],
+  ["kexec_load", 246, 104],
+  ["kexec_file_load", 320, 294],
+  ["acct", 163, 89],
+  ["swapon", 167, 224],
+  ["swapoff", 168, 225],
+  ["reboot", 169, 142],
+  ["quotactl", 179, 60],
+  ["settimeofday", 164, 170],
+  ["clock_settime", 227, 112],
+  ["lookup_dcookie", 212, 18],
+  ["iopl", 172, null],
+  ["ioperm", 173, null],
+];
+
+const SOCKET: Record<SeccompArch, number> = { "x86_64": 41, aarch64: 198 };
+const CLONE: Record<SeccompArch, number> = { "x86_64": 56, aarch64: 220 };
+const CLONE3 = 435;
+
+/** Options of {@linkcode seccompFilter}. */
+export interface SeccompFilterOptions {
+  /**
+   * The architecture to build for.
+   *
+   * @default {the running process's (`process.arch`: x64 or arm64)}
+   */
+  arch?: SeccompArch;
+}
+
+/**
+ * The architecture of this process as the filter names it.
+ *
+ * @param nodeArch `process.arch`.
+ * @returns The architecture, or `undefined` where the filter has no table.
+ */
+export function seccompArch(nodeArch: string): SeccompArch | undefined {
+  if (nodeArch === "x64") return "x86_64";
+  if (nodeArch === "arm64") return "aarch64";
+  return undefined;
+}
+
+/**
+ * What the filter refuses for the given grants, in the order it checks: the
+ * list docs/permissions.md shows.
+ *
+ * @param permissions The worker's resolved permissions (`net` decides the
+ * socket rule).
+ * @returns One entry per refused system call.
+ *
+ * @example
+ * ```ts
+ * import { seccompDenials } from "./seccomp.ts";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const denied = seccompDenials(resolvePermissions(undefined, "/"));
+ * assert.ok(denied.some((d) => d.name === "ptrace" && d.when === "always"));
+ * assert.ok(denied.some((d) => d.name === "socket" && d.when === "always"));
+ * ```
+ */
+export function seccompDenials(
+  permissions: ResolvedPermissions,
+): SeccompDenial[] {
+  const list: SeccompDenial[] = ALWAYS_DENIED.map(([name]) => ({
+    name,
+    errno: "EPERM",
+    when: name === "iopl" || name === "ioperm" ? "always (x86_64)" : "always",
+  }));
+  const socket = socketRule(permissions);
+  if (socket === "none") {
+    list.push({ name: "socket", errno: "EPERM", when: "always" });
+  } else if (socket === "no-unix") {
+    list.push({
+      name: "socket",
+      errno: "EPERM",
+      when: "for AF_UNIX (unix sockets)",
+    });
+  }
+  list.push(
+    {
+      name: "clone",
+      errno: "EPERM",
+      when: "with a CLONE_NEW* (namespace) flag",
+    },
+    {
+      name: "clone3",
+      errno: "ENOSYS",
+      when: "always (its flags cannot be inspected; libc falls back to clone)",
+    },
+  );
+  return list;
+}
+
+/**
+ * The seccomp-BPF program for a worker with the given grants: the bytes of
+ * its `struct sock_filter` array (8 bytes per instruction), ready for
+ * bubblewrap's `--seccomp FD` or `prctl(PR_SET_SECCOMP)`.
+ *
+ * Sockets: without `net`, `socket()` fails for every family (bubblewrap's
+ * empty network namespace and Landlock's TCP rules are then backed by a
+ * refusal of UDP and raw sockets too); with `net` scopes, only unix sockets
+ * are refused (Landlock restricts the TCP ports); with `net: true`, sockets
+ * are not filtered. `socketpair()` is always allowed: its sockets reach
+ * nothing outside the process.
+ *
+ * @param permissions The worker's resolved permissions.
+ * @param options The architecture.
+ * @returns The program's bytes.
+ * @throws {RangeError} when the architecture is not one the filter knows.
+ *
+ * @example
+ * ```ts
+ * import { seccompFilter } from "./seccomp.ts";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const bytes = seccompFilter(resolvePermissions(undefined, "/"), { arch: "x86_64" });
+ * assert.equal(bytes.byteLength % 8, 0);
+ * ```
+ */
+export function seccompFilter(
+  permissions: ResolvedPermissions,
+  options: SeccompFilterOptions = {},
+): Uint8Array {
+  const arch = options.arch ?? seccompArch(process.arch);
+  if (arch !== "x86_64" && arch !== "aarch64") {
+    throw new RangeError(
+      `Cannot build the seccomp filter: no system call table for architecture ${
+        JSON.stringify(options.arch ?? process.arch)
+      } (known: x86_64, aarch64)`,
+    );
+  }
+  const program: Array<[number, number, number, number]> = [];
+  const emit = (code: number, jt: number, jf: number, k: number): void => {
+    program.push([code, jt, jf, k >>> 0]);
+  };
+  const deny = (errno: number): void => emit(RET_K, 0, 0, RET_ERRNO | errno);
+
+  emit(LD_W_ABS, 0, 0, DATA_ARCH);
+  emit(JEQ_K, 1, 0, AUDIT_ARCH[arch]);
+  emit(RET_K, 0, 0, RET_KILL_PROCESS);
+  emit(LD_W_ABS, 0, 0, DATA_NR);
+  if (arch === "x86_64") {
+    emit(JGE_K, 0, 1, X32_SYSCALL_BIT);
+    emit(RET_K, 0, 0, RET_KILL_PROCESS);
+  }
+  for (const [, x8664, aarch64] of ALWAYS_DENIED) {
+    const nr = arch === "x86_64" ? x8664 : aarch64;
+    if (nr === null) continue;
+    emit(JEQ_K, 0, 1, nr);
+    deny(EPERM);
+  }
+  emit(JEQ_K, 0, 1, CLONE3);
+  deny(ENOSYS);
+  // clone(flags, ...): refuse namespace flags.
+  emit(JEQ_K, 0, 4, CLONE[arch]);
+  emit(LD_W_ABS, 0, 0, DATA_ARG0);
+  emit(JSET_K, 0, 1, CLONE_NAMESPACE_FLAGS);
+  deny(EPERM);
+  emit(RET_K, 0, 0, RET_ALLOW);
+  // socket(domain, ...).
+  const socket = socketRule(permissions);
+  if (socket === "none") {
+    emit(JEQ_K, 0, 1, SOCKET[arch]);
+    deny(EPERM);
+  } else if (socket === "no-unix") {
+    emit(JEQ_K, 0, 4, SOCKET[arch]);
+    emit(LD_W_ABS, 0, 0, DATA_ARG0);
+    emit(JEQ_K, 0, 1, AF_UNIX);
+    deny(EPERM);
+    emit(RET_K, 0, 0, RET_ALLOW);
+  }
+  emit(RET_K, 0, 0, RET_ALLOW);
+
+  const bytes = new Uint8Array(program.length * 8);
+  const view = new DataView(bytes.buffer);
+  program.forEach(([code, jt, jf, k], index) => {
+    const at = index * 8;
+    view.setUint16(at, code, true);
+    view.setUint8(at + 2, jt);
+    view.setUint8(at + 3, jf);
+    view.setUint32(at + 4, k, true);
+  });
+  return bytes;
+}
+
+/** Which sockets the grants allow: none, all but unix sockets, or all. */
+function socketRule(
+  permissions: ResolvedPermissions,
+): "none" | "no-unix" | "all" {
+  const net = permissions.net;
+  if (net === true) return "all";
+  return net.length === 0 ? "none" : "no-unix";
+}

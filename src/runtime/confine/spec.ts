@@ -1,0 +1,119 @@
+/**
+ * What the parent tells the confine step: the Landlock ruleset, the seccomp
+ * program and the command to exec. It travels as one JSON argument of the
+ * step (never through a file a worker could write), and the step checks its
+ * shape before it acts on it.
+ *
+ * @module
+ */
+
+import type { LandlockRuleset } from "./landlock.ts";
+
+/** The version of {@linkcode ConfineSpec}'s shape. */
+export const CONFINE_SPEC_VERSION = 1;
+
+/** The exit code of a confine step that could not confine (it says why on stderr). */
+export const CONFINE_FAILED_EXIT_CODE = 126;
+
+/** The prefix of every line the confine step writes to stderr. */
+export const CONFINE_STDERR_PREFIX = "airlock confine:";
+
+/** Everything the confine step does, in order. */
+export interface ConfineSpec {
+  /** {@linkcode CONFINE_SPEC_VERSION}. */
+  readonly v: number;
+  /** The directory to change to before exec (the step itself starts in `/`). */
+  readonly cwd: string;
+  /** The Landlock ruleset to apply, or `null` for none. */
+  readonly landlock: LandlockRuleset | null;
+  /** The seccomp program (base64 of its `sock_filter` bytes), or `""` for none. */
+  readonly seccomp: string;
+  /** The command to exec; a program without a slash is looked up on the step's PATH. */
+  readonly argv: readonly string[];
+}
+
+/**
+ * Encodes a spec as the step's argument.
+ *
+ * @param spec The spec.
+ * @returns JSON text.
+ */
+export function encodeConfineSpec(spec: ConfineSpec): string {
+  return JSON.stringify(spec);
+}
+
+/**
+ * Decodes and checks the step's argument.
+ *
+ * @param text The JSON text.
+ * @returns The spec.
+ * @throws {TypeError} when it is not a spec of this version.
+ *
+ * @example
+ * ```ts
+ * import { decodeConfineSpec, encodeConfineSpec } from "./spec.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const spec = { v: 1, cwd: "/", landlock: null, seccomp: "", argv: ["/bin/true"] };
+ * assert.deepEqual(decodeConfineSpec(encodeConfineSpec(spec)), spec);
+ * assert.throws(() => decodeConfineSpec("{}"), TypeError);
+ * ```
+ */
+export function decodeConfineSpec(text: string): ConfineSpec {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error: unknown) {
+    throw new TypeError("Invalid confine spec: not JSON", { cause: error });
+  }
+  const fail = (what: string): never => {
+    throw new TypeError(`Invalid confine spec: ${what}`);
+  };
+  if (typeof value !== "object" || value === null) fail("not an object");
+  const spec = value as Record<string, unknown>;
+  if (spec.v !== CONFINE_SPEC_VERSION) {
+    fail(`version ${JSON.stringify(spec.v)}, expected ${CONFINE_SPEC_VERSION}`);
+  }
+  if (typeof spec.cwd !== "string" || !spec.cwd.startsWith("/")) {
+    fail("cwd is not an absolute path");
+  }
+  if (typeof spec.seccomp !== "string") fail("seccomp is not a string");
+  const argv = spec.argv;
+  if (
+    !Array.isArray(argv) || argv.length === 0 ||
+    !argv.every((arg) => typeof arg === "string" && !arg.includes("\0"))
+  ) {
+    fail("argv is not a non-empty list of strings");
+  }
+  const ruleset = spec.landlock;
+  if (ruleset !== null) {
+    if (typeof ruleset !== "object" || ruleset === undefined) {
+      fail("landlock is not an object");
+    }
+    const r = ruleset as Record<string, unknown>;
+    for (const key of ["abi", "handledFs", "handledNet", "scoped"]) {
+      if (!Number.isInteger(r[key]) || (r[key] as number) < 0) {
+        fail(`landlock.${key} is not a natural number`);
+      }
+    }
+    const paths = r.paths;
+    if (
+      !Array.isArray(paths) ||
+      !paths.every((rule) =>
+        typeof rule === "object" && rule !== null &&
+        typeof rule.path === "string" && rule.path.startsWith("/") &&
+        !rule.path.includes("\0") && Number.isInteger(rule.access)
+      )
+    ) fail("landlock.paths is not a list of path rules");
+    const ports = r.ports;
+    if (
+      !Array.isArray(ports) ||
+      !ports.every((rule) =>
+        typeof rule === "object" && rule !== null &&
+        Number.isInteger(rule.port) && rule.port >= 0 &&
+        rule.port <= 65535 && Number.isInteger(rule.access)
+      )
+    ) fail("landlock.ports is not a list of port rules");
+  }
+  return spec as unknown as ConfineSpec;
+}

@@ -1,0 +1,517 @@
+/**
+ * The confine step: the short program (`workers/confine.ts`) a worker is
+ * started through when Landlock confines it. Run by the runtime itself (Deno
+ * or Bun), it calls libc through the runtime's FFI on its main thread: drops
+ * every capability (when it has any), sets no-new-privileges, changes to the
+ * worker's directory, applies the Landlock ruleset, installs the seccomp
+ * filter, and `execve`s the worker's command. A Landlock domain and a
+ * seccomp filter bind the calling thread only, and the runtime's other
+ * threads stay free; `execve` replaces the whole process with one thread
+ * that inherits both, before any code of the worker runs.
+ *
+ * Any failure ends the step with {@linkcode CONFINE_FAILED_EXIT_CODE} and a
+ * line on stderr saying what failed: the worker never runs unconfined.
+ *
+ * @module
+ */
+
+import {
+  CONFINE_FAILED_EXIT_CODE,
+  CONFINE_STDERR_PREFIX,
+  type ConfineSpec,
+  decodeConfineSpec,
+} from "./spec.ts";
+import { ACCESS_FILE } from "./landlock.ts";
+
+const SYS_LANDLOCK_CREATE_RULESET = 444;
+const SYS_LANDLOCK_ADD_RULE = 445;
+const SYS_LANDLOCK_RESTRICT_SELF = 446;
+const LANDLOCK_CREATE_RULESET_VERSION = 1;
+const LANDLOCK_RULE_PATH_BENEATH = 1;
+const LANDLOCK_RULE_NET_PORT = 2;
+const PR_SET_NO_NEW_PRIVS = 38;
+const PR_SET_SECCOMP = 22;
+const PR_GET_SECCOMP = 21;
+const PR_CAPBSET_READ = 23;
+const PR_CAPBSET_DROP = 24;
+const PR_CAP_AMBIENT = 47;
+const PR_CAP_AMBIENT_CLEAR_ALL = 4;
+const SECCOMP_MODE_FILTER = 2;
+const O_PATH = 0x200000;
+const O_CLOEXEC = 0x80000;
+const ENOENT = 2;
+const ENOTDIR = 20;
+const EINVAL = 22;
+const ENOSYS = 38;
+const EOPNOTSUPP = 95;
+const LINUX_CAPABILITY_VERSION_3 = 0x20080522;
+const LAST_CAPABILITY = 63;
+
+/** The libc functions the step calls; every pointer is an address. */
+interface Libc {
+  syscall(nr: number, a: Addr, b: Addr, c: Addr, d: Addr): number;
+  prctl(option: number, a: Addr, b: Addr, c: Addr, d: Addr): number;
+  open(path: Addr, flags: number, mode: number): number;
+  close(fd: number): number;
+  chdir(path: Addr): number;
+  capset(header: Addr, data: Addr): number;
+  geteuid(): number;
+  execvpe(file: Addr, argv: Addr, envp: Addr): number;
+  errno(): number;
+  /** The address of a buffer, which the caller keeps alive. */
+  address(buffer: Uint8Array): Addr;
+  /** Reads a whole file (`/proc/self/environ`). */
+  readFile(path: string): Uint8Array;
+}
+
+type Addr = number | bigint;
+
+const LIBC_NAMES = ["libc.so.6", "libc.musl-x86_64.so.1", "libc.so"];
+
+interface DenoFfi {
+  dlopen(
+    path: string,
+    symbols: Record<string, { parameters: string[]; result: string }>,
+  ): { symbols: Record<string, (...args: unknown[]) => unknown> };
+  UnsafePointer: {
+    of(buffer: Uint8Array): unknown;
+    value(pointer: unknown): number | bigint;
+    create(address: number | bigint): unknown;
+  };
+  UnsafePointerView: new (pointer: unknown) => {
+    getInt32(offset?: number): number;
+  };
+  readFileSync(path: string): Uint8Array;
+  args: string[];
+  exit(code: number): never;
+  stderr: { writeSync(bytes: Uint8Array): number };
+  stdout: { writeSync(bytes: Uint8Array): number };
+}
+
+interface BunFfi {
+  dlopen(
+    path: string,
+    symbols: Record<string, { args: string[]; returns: string }>,
+  ): { symbols: Record<string, (...args: unknown[]) => unknown> };
+  ptr(buffer: Uint8Array): number;
+  read: { i32(address: number | bigint, offset?: number): number };
+}
+
+const SIGNATURES: Record<string, [string[], string]> = {
+  syscall: [["i64", "u64", "u64", "u64", "u64"], "i64"],
+  prctl: [["i32", "u64", "u64", "u64", "u64"], "i32"],
+  open: [["u64", "i32", "i32"], "i32"],
+  close: [["i32"], "i32"],
+  chdir: [["u64"], "i32"],
+  capset: [["u64", "u64"], "i32"],
+  geteuid: [[], "u32"],
+  execvpe: [["u64", "u64", "u64"], "i32"],
+  "__errno_location": [[], "u64"],
+};
+
+function firstLibrary<T>(open: (name: string) => T): T {
+  let last: unknown;
+  for (const name of LIBC_NAMES) {
+    try {
+      return open(name);
+    } catch (error: unknown) {
+      last = error;
+    }
+  }
+  throw new Error(
+    `cannot load libc (tried ${LIBC_NAMES.join(", ")}): ${
+      last instanceof Error ? last.message : String(last)
+    }`,
+  );
+}
+
+function denoLibc(deno: DenoFfi): Libc {
+  const definitions: Record<string, { parameters: string[]; result: string }> =
+    {};
+  for (const [name, [parameters, result]] of Object.entries(SIGNATURES)) {
+    definitions[name] = { parameters, result };
+  }
+  const lib = firstLibrary((name) => deno.dlopen(name, definitions)).symbols;
+  return wrap(lib, {
+    address: (buffer) =>
+      deno.UnsafePointer.value(deno.UnsafePointer.of(buffer)),
+    readI32: (address) =>
+      new deno.UnsafePointerView(deno.UnsafePointer.create(address)).getInt32(
+        0,
+      ),
+    readFile: (path) => deno.readFileSync(path),
+  });
+}
+
+async function bunLibc(): Promise<Libc> {
+  const specifier = "bun:ffi";
+  const ffi = await import(specifier) as BunFfi;
+  const fs = await import("node:fs");
+  const definitions: Record<string, { args: string[]; returns: string }> = {};
+  for (const [name, [args, returns]] of Object.entries(SIGNATURES)) {
+    definitions[name] = { args, returns };
+  }
+  const lib = firstLibrary((name) => ffi.dlopen(name, definitions)).symbols;
+  return wrap(lib, {
+    address: (buffer) => ffi.ptr(buffer),
+    readI32: (address) => ffi.read.i32(Number(address), 0),
+    readFile: (path) => new Uint8Array(fs.readFileSync(path)),
+  });
+}
+
+function wrap(
+  lib: Record<string, (...args: unknown[]) => unknown>,
+  io: {
+    address(buffer: Uint8Array): Addr;
+    readI32(address: Addr): number;
+    readFile(path: string): Uint8Array;
+  },
+): Libc {
+  const call = (name: string, ...args: unknown[]): number => {
+    const fn = lib[name];
+    if (fn === undefined) throw new Error(`libc has no ${name}`);
+    return Number(fn(...args));
+  };
+  const big = (value: Addr): bigint => BigInt(value);
+  return {
+    syscall: (nr, a, b, c, d) =>
+      call("syscall", BigInt(nr), big(a), big(b), big(c), big(d)),
+    prctl: (option, a, b, c, d) =>
+      call("prctl", option, big(a), big(b), big(c), big(d)),
+    open: (path, flags, mode) => call("open", big(path), flags, mode),
+    close: (fd) => call("close", fd),
+    chdir: (path) => call("chdir", big(path)),
+    capset: (header, data) => call("capset", big(header), big(data)),
+    geteuid: () => call("geteuid"),
+    execvpe: (file, argv, envp) =>
+      call("execvpe", big(file), big(argv), big(envp)),
+    errno: () => io.readI32(call("__errno_location")),
+    address: io.address,
+    readFile: io.readFile,
+  };
+}
+
+/** An error of one libc call, with its errno. */
+class StepError extends Error {
+  readonly errno: number;
+  constructor(message: string, errno: number) {
+    super(errno > 0 ? `${message} (errno ${errno})` : message);
+    this.errno = errno;
+  }
+}
+
+const encoder = new TextEncoder();
+
+function cString(text: string): Uint8Array {
+  const bytes = encoder.encode(text);
+  const out = new Uint8Array(bytes.byteLength + 1);
+  out.set(bytes);
+  return out;
+}
+
+/**
+ * A NULL-terminated array of pointers to NUL-terminated strings, and the
+ * buffers it points into (kept alive by the caller).
+ */
+function pointerArray(
+  libc: Libc,
+  strings: readonly Uint8Array[],
+): { array: Uint8Array; keep: Uint8Array[] } {
+  const array = new Uint8Array((strings.length + 1) * 8);
+  const view = new DataView(array.buffer);
+  const keep: Uint8Array[] = [];
+  strings.forEach((bytes, index) => {
+    const owned = bytes.at(-1) === 0 ? bytes : cStringBytes(bytes);
+    keep.push(owned);
+    view.setBigUint64(index * 8, BigInt(libc.address(owned)), true);
+  });
+  return { array, keep };
+}
+
+function cStringBytes(bytes: Uint8Array): Uint8Array {
+  const out = new Uint8Array(bytes.byteLength + 1);
+  out.set(bytes);
+  return out;
+}
+
+/** Splits `/proc/self/environ` into its NUL-terminated entries. */
+function environEntries(block: Uint8Array): Uint8Array[] {
+  const entries: Uint8Array[] = [];
+  let start = 0;
+  for (let index = 0; index < block.byteLength; index++) {
+    if (block[index] === 0) {
+      if (index > start) entries.push(block.slice(start, index + 1));
+      start = index + 1;
+    }
+  }
+  if (start < block.byteLength) entries.push(cStringBytes(block.slice(start)));
+  return entries;
+}
+
+/**
+ * The kernel's Landlock ABI version through `libc`: 0 when the kernel has
+ * no Landlock or it is disabled.
+ */
+function landlockAbi(libc: Libc): number {
+  const version = libc.syscall(
+    SYS_LANDLOCK_CREATE_RULESET,
+    0,
+    0,
+    LANDLOCK_CREATE_RULESET_VERSION,
+    0,
+  );
+  if (version >= 0) return version;
+  const errno = libc.errno();
+  if (errno === ENOSYS || errno === EOPNOTSUPP) return 0;
+  throw new StepError("cannot ask the kernel for its Landlock ABI", errno);
+}
+
+function dropCapabilities(libc: Libc): void {
+  // Drop the bounding set first (needs CAP_SETPCAP), then every set.
+  for (let cap = 0; cap <= LAST_CAPABILITY; cap++) {
+    const has = libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+    if (has < 0) break; // past the last capability this kernel knows
+    if (has === 1 && libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) !== 0) {
+      throw new StepError(
+        `cannot drop capability ${cap} from the bounding set`,
+        libc.errno(),
+      );
+    }
+  }
+  libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  const header = new Uint8Array(8);
+  new DataView(header.buffer).setUint32(0, LINUX_CAPABILITY_VERSION_3, true);
+  const data = new Uint8Array(24);
+  if (libc.capset(libc.address(header), libc.address(data)) !== 0) {
+    throw new StepError("cannot clear the capability sets", libc.errno());
+  }
+}
+
+function applyLandlock(
+  libc: Libc,
+  ruleset: NonNullable<ConfineSpec["landlock"]>,
+): void {
+  const abi = landlockAbi(libc);
+  if (abi < ruleset.abi) {
+    throw new StepError(
+      `the kernel's Landlock ABI is ${abi}, the ruleset needs ${ruleset.abi}`,
+      0,
+    );
+  }
+  const size = ruleset.abi >= 6 ? 24 : ruleset.abi >= 4 ? 16 : 8;
+  const attr = new Uint8Array(24);
+  const attrView = new DataView(attr.buffer);
+  attrView.setBigUint64(0, BigInt(ruleset.handledFs), true);
+  attrView.setBigUint64(8, BigInt(ruleset.handledNet), true);
+  attrView.setBigUint64(16, BigInt(ruleset.scoped), true);
+  const fd = libc.syscall(
+    SYS_LANDLOCK_CREATE_RULESET,
+    libc.address(attr),
+    size,
+    0,
+    0,
+  );
+  if (fd < 0) {
+    throw new StepError("cannot create the Landlock ruleset", libc.errno());
+  }
+  const rule = new Uint8Array(16);
+  const ruleView = new DataView(rule.buffer);
+  const ruleAddress = libc.address(rule);
+  for (const { path, access } of ruleset.paths) {
+    if (access === 0) continue;
+    const name = cString(path);
+    const pathFd = libc.open(libc.address(name), O_PATH | O_CLOEXEC, 0);
+    if (pathFd < 0) {
+      const errno = libc.errno();
+      if (errno === ENOENT || errno === ENOTDIR) continue;
+      throw new StepError(`cannot open ${JSON.stringify(path)}`, errno);
+    }
+    let allowed = access;
+    for (;;) {
+      ruleView.setBigUint64(0, BigInt(allowed), true);
+      ruleView.setInt32(8, pathFd, true);
+      const added = libc.syscall(
+        SYS_LANDLOCK_ADD_RULE,
+        fd,
+        LANDLOCK_RULE_PATH_BENEATH,
+        ruleAddress,
+        0,
+      );
+      if (added === 0) break;
+      const errno = libc.errno();
+      // A file (not a directory) takes only the rights that apply to files.
+      if (errno === EINVAL && (allowed & ~ACCESS_FILE) !== 0) {
+        allowed &= ACCESS_FILE;
+        if (allowed !== 0) continue;
+        break;
+      }
+      libc.close(pathFd);
+      throw new StepError(
+        `cannot add the Landlock rule for ${JSON.stringify(path)}`,
+        errno,
+      );
+    }
+    libc.close(pathFd);
+  }
+  for (const { port, access } of ruleset.ports) {
+    ruleView.setBigUint64(0, BigInt(access), true);
+    ruleView.setBigUint64(8, BigInt(port), true);
+    if (
+      libc.syscall(
+        SYS_LANDLOCK_ADD_RULE,
+        fd,
+        LANDLOCK_RULE_NET_PORT,
+        ruleAddress,
+        0,
+      ) !== 0
+    ) {
+      throw new StepError(
+        `cannot add the Landlock rule for TCP port ${port}`,
+        libc.errno(),
+      );
+    }
+  }
+  if (libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0, 0) !== 0) {
+    throw new StepError("cannot apply the Landlock ruleset", libc.errno());
+  }
+  libc.close(fd);
+}
+
+function installSeccomp(libc: Libc, program: Uint8Array): void {
+  if (program.byteLength === 0 || program.byteLength % 8 !== 0) {
+    throw new StepError("the seccomp program is empty or truncated", 0);
+  }
+  const fprog = new Uint8Array(16);
+  const view = new DataView(fprog.buffer);
+  view.setUint16(0, program.byteLength / 8, true);
+  view.setBigUint64(8, BigInt(libc.address(program)), true);
+  if (
+    libc.prctl(
+      PR_SET_SECCOMP,
+      SECCOMP_MODE_FILTER,
+      libc.address(fprog),
+      0,
+      0,
+    ) !==
+      0
+  ) {
+    throw new StepError("cannot install the seccomp filter", libc.errno());
+  }
+}
+
+function decodeBase64(text: string): Uint8Array {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let index = 0; index < binary.length; index++) {
+    bytes[index] = binary.charCodeAt(index);
+  }
+  return bytes;
+}
+
+/** Confines this process as the spec says, then replaces it with the worker. */
+function confineAndExec(libc: Libc, spec: ConfineSpec): never {
+  const dir = cString(spec.cwd);
+  if (libc.chdir(libc.address(dir)) !== 0) {
+    throw new StepError(
+      `cannot change to the directory ${JSON.stringify(spec.cwd)}`,
+      libc.errno(),
+    );
+  }
+  if (libc.geteuid() === 0) dropCapabilities(libc);
+  if (libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) !== 0) {
+    throw new StepError("cannot set no-new-privileges", libc.errno());
+  }
+  if (spec.landlock !== null) applyLandlock(libc, spec.landlock);
+  // Built before the filter: nothing allocates through a refused call after it.
+  const argv = pointerArray(libc, spec.argv.map(cString));
+  const envp = pointerArray(
+    libc,
+    environEntries(libc.readFile("/proc/self/environ")),
+  );
+  const file = cString(spec.argv[0] ?? "");
+  const program = spec.seccomp === "" ? undefined : decodeBase64(spec.seccomp);
+  if (program !== undefined) installSeccomp(libc, program);
+  libc.execvpe(
+    libc.address(file),
+    libc.address(argv.array),
+    libc.address(envp.array),
+  );
+  const errno = libc.errno();
+  // Keep the buffers alive until execvpe has returned.
+  void argv.keep;
+  void envp.keep;
+  throw new StepError(
+    `cannot execute ${JSON.stringify(spec.argv[0])}`,
+    errno,
+  );
+}
+
+/** What `--probe` prints: what this kernel offers the step. */
+export interface ConfineProbe {
+  /** The Landlock ABI version (0: none). */
+  landlockAbi: number;
+  /** Whether seccomp filters can be installed (`PR_GET_SECCOMP` answers). */
+  seccomp: boolean;
+}
+
+function probe(libc: Libc): ConfineProbe {
+  const mode = libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
+  return { landlockAbi: landlockAbi(libc), seccomp: mode >= 0 };
+}
+
+interface BunProcess {
+  argv: string[];
+  exit(code: number): never;
+}
+
+/**
+ * Runs the confine step: with `--probe`, prints a {@linkcode ConfineProbe}
+ * as JSON and exits; otherwise confines itself by the spec in its first
+ * argument and execs the worker. Never returns.
+ *
+ * @param args The step's arguments (default: the process's own).
+ * @returns Never: the process is replaced or exits.
+ */
+export async function runConfineStep(args?: readonly string[]): Promise<never> {
+  const bun = (globalThis as { Bun?: unknown }).Bun !== undefined;
+  const deno = bun
+    ? undefined
+    : (globalThis as unknown as { Deno?: DenoFfi }).Deno;
+  const bunProcess = (globalThis as unknown as { process: BunProcess })
+    .process;
+  const argv = args ?? (deno ? deno.args : bunProcess.argv.slice(2));
+  let writeSync: (fd: number, bytes: Uint8Array) => void;
+  if (deno) {
+    writeSync = (fd, bytes) =>
+      void (fd === 1 ? deno.stdout : deno.stderr).writeSync(bytes);
+  } else {
+    const fs = await import("node:fs");
+    writeSync = (fd, bytes) => void fs.writeSync(fd, bytes);
+  }
+  const exit = (code: number): never =>
+    deno ? deno.exit(code) : bunProcess.exit(code);
+  const fail = (error: unknown): never => {
+    const message = error instanceof Error ? error.message : String(error);
+    writeSync(2, encoder.encode(`${CONFINE_STDERR_PREFIX} ${message}\n`));
+    return exit(CONFINE_FAILED_EXIT_CODE);
+  };
+  let libc: Libc;
+  try {
+    libc = deno ? denoLibc(deno) : await bunLibc();
+  } catch (error: unknown) {
+    return fail(error);
+  }
+  if (argv[0] === "--probe") {
+    try {
+      writeSync(1, encoder.encode(`${JSON.stringify(probe(libc))}\n`));
+    } catch (error: unknown) {
+      return fail(error);
+    }
+    return exit(0);
+  }
+  try {
+    return confineAndExec(libc, decodeConfineSpec(argv[0] ?? ""));
+  } catch (error: unknown) {
+    return fail(error);
+  }
+}

@@ -1,0 +1,198 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  seccompArch,
+  seccompDenials,
+  seccompFilter,
+} from "../../src/runtime/confine/seccomp.ts";
+import { resolvePermissions } from "../../src/runtime/permissions.ts";
+
+const X86_64 = 0xc000003e;
+const AARCH64 = 0xc00000b7;
+const I386 = 0x40000003;
+const ALLOW = "allow";
+const KILL = "kill";
+
+/**
+ * Runs a classic BPF seccomp program on one system call, as the kernel does:
+ * the loads, jumps and returns the filter uses, and nothing else (anything
+ * else fails the test).
+ */
+function run(
+  program: Uint8Array,
+  call: { arch: number; nr: number; arg0?: number },
+): string {
+  const view = new DataView(program.buffer, program.byteOffset);
+  const data = new DataView(new ArrayBuffer(64));
+  data.setUint32(0, call.nr, true);
+  data.setUint32(4, call.arch, true);
+  data.setUint32(16, call.arg0 ?? 0, true);
+  let acc = 0;
+  for (let pc = 0; pc < program.byteLength / 8;) {
+    const at = pc * 8;
+    const code = view.getUint16(at, true);
+    const jt = view.getUint8(at + 2);
+    const jf = view.getUint8(at + 3);
+    const k = view.getUint32(at + 4, true);
+    switch (code) {
+      case 0x20:
+        acc = data.getUint32(k, true);
+        pc++;
+        break;
+      case 0x15:
+        pc += 1 + (acc === k ? jt : jf);
+        break;
+      case 0x35:
+        pc += 1 + (acc >= k ? jt : jf);
+        break;
+      case 0x45:
+        pc += 1 + ((acc & k) !== 0 ? jt : jf);
+        break;
+      case 0x06:
+        if (k === 0x7fff0000) return ALLOW;
+        if (k === 0x80000000) return KILL;
+        if ((k & 0xffff0000) === 0x00050000) return `errno ${k & 0xffff}`;
+        throw new Error(`unexpected return ${k.toString(16)}`);
+      default:
+        throw new Error(`unexpected opcode ${code.toString(16)} at ${pc}`);
+    }
+  }
+  throw new Error("fell off the end of the program");
+}
+
+const NOTHING = resolvePermissions(undefined, "/");
+const PORTS = resolvePermissions({ net: ["localhost:5432"] }, "/");
+const ALL_NET = resolvePermissions({ net: true }, "/");
+const x86 = (permissions = NOTHING) =>
+  seccompFilter(permissions, { arch: "x86_64" });
+const arm = (permissions = NOTHING) =>
+  seccompFilter(permissions, { arch: "aarch64" });
+
+describe("seccompFilter()", () => {
+  test("seccompFilter() allows ordinary system calls (read, openat, mmap, execve)", () => {
+    for (const nr of [0, 257, 9, 59, 62]) {
+      assert.equal(run(x86(), { arch: X86_64, nr }), ALLOW, `x86_64 ${nr}`);
+    }
+    for (const nr of [63, 56, 222, 221]) {
+      assert.equal(run(arm(), { arch: AARCH64, nr }), ALLOW, `aarch64 ${nr}`);
+    }
+  });
+
+  test("seccompFilter() refuses ptrace, process_vm_readv/writev and io_uring with EPERM", () => {
+    for (const nr of [101, 310, 311, 425, 426, 427, 321, 298, 323, 250]) {
+      assert.equal(run(x86(), { arch: X86_64, nr }), "errno 1", `x86_64 ${nr}`);
+    }
+    for (const nr of [117, 270, 271, 425, 426, 427, 280, 241, 282, 219]) {
+      assert.equal(
+        run(arm(), { arch: AARCH64, nr }),
+        "errno 1",
+        `aarch64 ${nr}`,
+      );
+    }
+  });
+
+  test("seccompFilter() refuses mounts and new namespaces", () => {
+    for (const nr of [165, 166, 155, 161, 272, 308, 428, 429, 430]) {
+      assert.equal(run(x86(), { arch: X86_64, nr }), "errno 1", `${nr}`);
+    }
+  });
+
+  test("seccompFilter() refuses clone with a namespace flag and allows threads and forks", () => {
+    const CLONE_NEWUSER = 0x10000000;
+    const CLONE_NEWNET = 0x40000000;
+    const THREAD = 0x3d0f00; // CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|SETTLS|PARENT_SETTID|CHILD_CLEARTID
+    assert.equal(run(x86(), { arch: X86_64, nr: 56, arg0: THREAD }), ALLOW);
+    assert.equal(run(x86(), { arch: X86_64, nr: 56, arg0: 17 }), ALLOW);
+    assert.equal(
+      run(x86(), { arch: X86_64, nr: 56, arg0: CLONE_NEWUSER | 17 }),
+      "errno 1",
+    );
+    assert.equal(
+      run(arm(), { arch: AARCH64, nr: 220, arg0: CLONE_NEWNET }),
+      "errno 1",
+    );
+  });
+
+  test("seccompFilter() answers clone3 with ENOSYS, so libc falls back to clone", () => {
+    assert.equal(run(x86(), { arch: X86_64, nr: 435 }), "errno 38");
+    assert.equal(run(arm(), { arch: AARCH64, nr: 435 }), "errno 38");
+  });
+
+  test("seccompFilter() without net refuses every socket family", () => {
+    for (const family of [1, 2, 10, 16, 17]) {
+      assert.equal(
+        run(x86(), { arch: X86_64, nr: 41, arg0: family }),
+        "errno 1",
+      );
+      assert.equal(
+        run(arm(), { arch: AARCH64, nr: 198, arg0: family }),
+        "errno 1",
+      );
+    }
+    // socketpair stays allowed: its sockets reach nothing outside.
+    assert.equal(run(x86(), { arch: X86_64, nr: 53, arg0: 1 }), ALLOW);
+  });
+
+  test("seccompFilter() with net scopes refuses unix sockets only", () => {
+    assert.equal(run(x86(PORTS), { arch: X86_64, nr: 41, arg0: 1 }), "errno 1");
+    assert.equal(run(x86(PORTS), { arch: X86_64, nr: 41, arg0: 2 }), ALLOW);
+    assert.equal(run(x86(PORTS), { arch: X86_64, nr: 41, arg0: 10 }), ALLOW);
+    assert.equal(
+      run(arm(PORTS), { arch: AARCH64, nr: 198, arg0: 1 }),
+      "errno 1",
+    );
+    assert.equal(run(arm(PORTS), { arch: AARCH64, nr: 198, arg0: 2 }), ALLOW);
+  });
+
+  test("seccompFilter() with net: true leaves sockets alone", () => {
+    assert.equal(run(x86(ALL_NET), { arch: X86_64, nr: 41, arg0: 1 }), ALLOW);
+    assert.equal(run(x86(ALL_NET), { arch: X86_64, nr: 101 }), "errno 1");
+  });
+
+  test("seccompFilter() kills a call of another architecture or the x32 ABI", () => {
+    assert.equal(run(x86(), { arch: I386, nr: 1 }), KILL);
+    assert.equal(run(x86(), { arch: AARCH64, nr: 63 }), KILL);
+    assert.equal(run(arm(), { arch: X86_64, nr: 0 }), KILL);
+    assert.equal(run(x86(), { arch: X86_64, nr: 0x40000000 | 0 }), KILL);
+  });
+
+  test("seccompFilter() keeps its jumps in range and is the same for the same grants", () => {
+    const program = x86();
+    assert.equal(program.byteLength % 8, 0);
+    assert.ok(program.byteLength / 8 < 4096);
+    assert.deepEqual(x86(), program);
+    assert.notDeepEqual(x86(PORTS), program);
+  });
+
+  test("seccompFilter() refuses an architecture it has no table for", () => {
+    assert.throws(
+      () => seccompFilter(NOTHING, { arch: "riscv64" as "x86_64" }),
+      RangeError,
+    );
+    assert.equal(seccompArch("x64"), "x86_64");
+    assert.equal(seccompArch("arm64"), "aarch64");
+    assert.equal(seccompArch("ia32"), undefined);
+  });
+});
+
+describe("seccompDenials()", () => {
+  test("seccompDenials() lists what the filter refuses, socket rule by grant", () => {
+    const names = seccompDenials(NOTHING).map((denial) => denial.name);
+    for (
+      const name of [
+        "ptrace",
+        "process_vm_readv",
+        "io_uring_setup",
+        "clone3",
+        "socket",
+      ]
+    ) {
+      assert.ok(names.includes(name), name);
+    }
+    const socket = (permissions: typeof NOTHING) =>
+      seccompDenials(permissions).find((denial) => denial.name === "socket");
+    assert.equal(socket(NOTHING)?.when, "always");
+    assert.match(socket(PORTS)?.when ?? "", /AF_UNIX/);
+    assert.equal(socket(ALL_NET), undefined);
+  });
+});

@@ -1,0 +1,172 @@
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import {
+  mkdirSync,
+  mkdtempSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import {
+  confinedArgv,
+  type ConfineRunner,
+  confineSpec,
+  confineStepArgv,
+  probeConfineSupport,
+} from "../../src/runtime/confine/confine_command.ts";
+import type { Permissions } from "../../src/runtime/permissions.ts";
+import { resolvePermissions } from "../../src/runtime/permissions.ts";
+import {
+  CONFINE_FAILED_EXIT_CODE,
+  CONFINE_STDERR_PREFIX,
+} from "../../src/runtime/confine/spec.ts";
+import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
+
+checkNoLeaks();
+
+const runner: ConfineRunner = {
+  runtime: RUNTIME,
+  binary: realpathSync(process.execPath),
+};
+const ENV: Record<string, string> = {
+  PATH: "/usr/bin:/bin",
+  HOME: process.env.HOME ?? "/root",
+  MARKER: "kept",
+  ...(process.env.DENO_DIR ? { DENO_DIR: process.env.DENO_DIR } : {}),
+};
+const support = probeConfineSupport(runner, ENV);
+const skip = process.platform !== "linux"
+  ? "Landlock needs Linux"
+  : support.landlockAbi < 6
+  ? `Landlock ABI 6 is needed, this kernel has ${support.landlockAbi} (${
+    support.error ?? "no error"
+  })`
+  : undefined;
+
+const root = realpathSync(mkdtempSync(join(tmpdir(), "airlock-confine-")));
+const granted = join(root, "granted");
+const outside = join(root, "outside");
+mkdirSync(granted);
+mkdirSync(outside);
+writeFileSync(join(granted, "in.txt"), "inside\n");
+writeFileSync(join(outside, "secret.txt"), "secret\n");
+after(() => rmSync(root, { recursive: true, force: true }));
+
+/** Runs a shell script through the confine step with the given grants. */
+function sh(
+  script: string,
+  permissions: Permissions | undefined,
+  options: { seccomp?: boolean } = {},
+): { status: number | null; stdout: string; stderr: string } {
+  const spec = confineSpec({
+    landlockAbi: support.landlockAbi,
+    seccomp: options.seccomp ?? true,
+    permissions: resolvePermissions(permissions, granted),
+    executables: ["/bin", "/usr/bin"],
+    readOnly: [],
+    cwd: granted,
+    argv: ["sh", "-c", script],
+  });
+  const argv = confinedArgv(runner, spec);
+  const result = spawnSync(argv[0] as string, argv.slice(1), {
+    cwd: "/",
+    env: ENV,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  return {
+    status: result.status,
+    stdout: String(result.stdout),
+    stderr: String(result.stderr),
+  };
+}
+
+describe("confine step", { skip }, () => {
+  test("confine step probe reports the kernel's Landlock ABI and seccomp", () => {
+    assert.equal(support.error, undefined);
+    assert.ok(support.landlockAbi >= 6);
+    assert.equal(support.seccomp, true);
+  });
+
+  test("confine step runs the command in its directory with the environment unchanged", () => {
+    const result = sh('pwd; echo "$MARKER"', { read: ["."] });
+    assert.equal(result.status, 0, result.stderr);
+    assert.equal(result.stdout, `${granted}\nkept\n`);
+  });
+
+  test("confine step lets the command read its grant and nothing outside it", () => {
+    const result = sh(
+      `cat in.txt; cat ${outside}/secret.txt || echo denied; ls / >/dev/null 2>&1 || echo root-denied`,
+      { read: ["."] },
+    );
+    assert.equal(result.status, 0, result.stderr);
+    assert.equal(result.stdout, "inside\ndenied\nroot-denied\n");
+    assert.match(result.stderr, /Permission denied/);
+  });
+
+  test("confine step lets the command write its write grant only", () => {
+    const result = sh(
+      `echo new > made.txt && cat made.txt; echo x > ${outside}/planted.txt || echo denied`,
+      { write: ["."] },
+    );
+    assert.equal(result.status, 0, result.stderr);
+    assert.equal(result.stdout, "new\ndenied\n");
+    const read = sh("echo x > made2.txt || echo denied", { read: ["."] });
+    assert.equal(read.stdout, "denied\n");
+  });
+
+  test("confine step keeps the command from signalling its parent or pid 1", () => {
+    const result = sh(
+      "kill -0 $PPID || echo parent-denied; kill -0 1 || echo init-denied; kill -0 $$ && echo self-ok",
+      undefined,
+    );
+    assert.equal(result.stdout, "parent-denied\ninit-denied\nself-ok\n");
+  });
+
+  test("confine step without seccomp still applies Landlock", () => {
+    const result = sh(`cat ${outside}/secret.txt || echo denied`, undefined, {
+      seccomp: false,
+    });
+    assert.equal(result.stdout, "denied\n");
+  });
+
+  test("confine step refuses a malformed spec with its exit code and a message", () => {
+    const argv = confineStepArgv(runner, '{"v":1}');
+    const result = spawnSync(argv[0] as string, argv.slice(1), {
+      cwd: "/",
+      env: ENV,
+      encoding: "utf8",
+    });
+    assert.equal(result.status, CONFINE_FAILED_EXIT_CODE);
+    assert.ok(
+      String(result.stderr).startsWith(
+        `${CONFINE_STDERR_PREFIX} Invalid confine spec`,
+      ),
+      String(result.stderr),
+    );
+  });
+
+  test("confine step fails with its exit code when the program cannot be executed", () => {
+    const spec = confineSpec({
+      landlockAbi: support.landlockAbi,
+      seccomp: true,
+      permissions: resolvePermissions(undefined, granted),
+      executables: ["/bin"],
+      readOnly: [],
+      cwd: granted,
+      argv: [join(outside, "no-such-program")],
+    });
+    const argv = confinedArgv(runner, spec);
+    const result = spawnSync(argv[0] as string, argv.slice(1), {
+      cwd: "/",
+      env: ENV,
+      encoding: "utf8",
+    });
+    assert.equal(result.status, CONFINE_FAILED_EXIT_CODE);
+    assert.match(String(result.stderr), /cannot execute/);
+  });
+});

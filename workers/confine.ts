@@ -1,0 +1,12 @@
+/**
+ * The confine step a worker is started through when Landlock confines it:
+ * applies the Landlock ruleset and the seccomp filter its argument names to
+ * itself, then execs the worker's command. See
+ * `src/runtime/confine/step.ts`.
+ *
+ * @module
+ */
+
+import { runConfineStep } from "../src/runtime/confine/step.ts";
+
+await runConfineStep();
