@@ -13,10 +13,8 @@ import {
   WorkerTimeoutError,
 } from "../errors.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import {
-  buildWorkerCommand,
-  type WorkerCommand,
-} from "../runtime/worker_command.ts";
+import { buildWorkerCommand } from "../runtime/launch/command.ts";
+import type { WorkerCommand } from "../runtime/launch/types.ts";
 import {
   type CallRecord,
   type Connection,

@@ -22,7 +22,7 @@ import {
 } from "../protocol/messages.ts";
 import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
-import type { WorkerCommand } from "../runtime/worker_command.ts";
+import type { WorkerCommand } from "../runtime/launch/types.ts";
 import { readRssBytes } from "../runtime/proc.ts";
 import { DeadlineQueue } from "./_deadlines.ts";
 import {

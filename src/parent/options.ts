@@ -18,6 +18,7 @@ import {
 } from "../runtime/permissions.ts";
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
 import { isEmbeddedPath } from "../runtime/self_exec.ts";
+import { SANDBOX_MODES, type SandboxMode } from "../runtime/launch/types.ts";
 
 /** Default deadline of a call once written to the worker: 5 minutes. */
 export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
@@ -33,8 +34,8 @@ export const DEFAULT_CLOSE_GRACE_MS = 5_000;
 /** Where the worker runs and with which runtime. */
 export type RuntimeOption = "deno" | "bun" | "auto";
 
-/** Which OS-level sandbox wraps the worker. */
-export type SandboxOption = "none" | "os" | "auto";
+/** Which OS-level sandbox wraps the worker (one definition: `SandboxMode`). */
+export type SandboxOption = SandboxMode;
 
 /** One setup call: the op, then its arguments. */
 export type SetupCall = readonly [op: string, ...args: unknown[]];
@@ -502,7 +503,6 @@ function checkKnownKeys(options: object, modeKeys: readonly string[]): void {
 }
 
 const RUNTIMES: readonly string[] = ["deno", "bun", "auto"];
-const SANDBOXES: readonly string[] = ["none", "os", "auto"];
 
 /**
  * Validates the options every mode takes and fills in their defaults.
@@ -542,7 +542,7 @@ export function resolveWorkerOptions(
     );
   }
   const sandbox = options.sandbox ?? "auto";
-  if (!SANDBOXES.includes(sandbox)) {
+  if (!(SANDBOX_MODES as readonly unknown[]).includes(sandbox)) {
     throw new TypeError(
       `Invalid option "sandbox": expected "none", "os" or "auto", received ${
         describe(sandbox)

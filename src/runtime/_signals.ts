@@ -6,10 +6,28 @@
  */
 
 import { constants } from "node:os";
+import process from "node:process";
 
 const NAMES: Map<number, string> = new Map();
 for (const [name, number] of Object.entries(constants.signals)) {
   if (!NAMES.has(number)) NAMES.set(number, name);
+}
+// Linux's real-time signals (34 to 64), which node:os does not list, named
+// as the kernel's tools do: SIGRTMIN, SIGRTMIN+1 … SIGRTMAX-1, SIGRTMAX.
+if (process.platform === "linux") {
+  const min = 34;
+  const max = 64;
+  for (let number = min; number <= max; number++) {
+    if (NAMES.has(number)) continue;
+    const name = number === min
+      ? "SIGRTMIN"
+      : number === max
+      ? "SIGRTMAX"
+      : number - min <= 15
+      ? `SIGRTMIN+${number - min}`
+      : `SIGRTMAX-${max - number}`;
+    NAMES.set(number, name);
+  }
 }
 
 /**

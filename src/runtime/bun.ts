@@ -246,12 +246,4 @@ export const bunAdapter: RuntimeAdapter = {
       return "?";
     }
   },
-  signal(pid, signal) {
-    try {
-      proc().kill(pid, signal);
-      return true;
-    } catch {
-      return false;
-    }
-  },
 };

@@ -201,12 +201,4 @@ export const denoAdapter: RuntimeAdapter = {
       return error instanceof Deno.errors.NotFound ? "-" : "?";
     }
   },
-  signal(pid, signal) {
-    try {
-      Deno.kill(pid, signal);
-      return true;
-    } catch {
-      return false;
-    }
-  },
 };

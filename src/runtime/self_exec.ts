@@ -8,35 +8,20 @@
  * program's main code run (a top-level `await` that does not settle until
  * the worker process exits).
  *
- * - Parent side: {@linkcode selfExecCommand} builds the command (the
- *   executable itself, or `deno run <entry>` / `bun <entry>` when forced with
- *   `AIRLOCK_SELF_EXEC=1`), the marker, and the OS sandbox around it; a depth
- *   guard refuses to start when the process is itself a self-exec child that
- *   did not enter worker mode, which would otherwise start itself in a loop.
- * - Worker side: {@linkcode selfExecWorker} reads and clears the marker.
+ * This file holds what both sides share (the marker, the mode, the depth)
+ * and the worker side: {@linkcode selfExecWorker} reads and clears the
+ * marker. The parent side, which builds the command, is
+ * `launch/self_exec_command.ts`.
  *
  * See docs/operations.md, "Single compiled binaries".
  *
  * @module
  */
 
-import { basename, dirname } from "node:path";
+import { basename } from "node:path";
 import process from "node:process";
-import { fileURLToPath } from "node:url";
-import { PermissionError, WorkerStartError } from "../errors.ts";
 import { detectRuntime } from "./detect.ts";
-import {
-  denoPermissionFlags,
-  type ResolvedPermissions,
-} from "./permissions.ts";
-import {
-  denoCacheMounts,
-  locateBwrap,
-  sandboxDecision,
-  sandboxedArgv,
-  workerMounts,
-} from "./sandbox.ts";
-import type { RuntimeAdapter, RuntimeName } from "./types.ts";
+import type { RuntimeName } from "./types.ts";
 
 /** The marker: set in a self-exec worker's environment to the URL of the module it serves. */
 export const WORKER_MODULE_ENV = "AIRLOCK_WORKER_MODULE";
@@ -59,21 +44,29 @@ export const SELF_EXEC_STRIPPED_ENV: readonly string[] = ["BUN_BE_BUN"];
 
 const STATE = Symbol.for("airlock.selfExec");
 
-interface SelfExecState {
+/** What {@linkcode selfExecState} knows. */
+export interface SelfExecState {
   /** Whether this process entered worker mode through the marker. */
   entered: boolean;
   /** Its depth, once entered. */
   depth: number;
 }
 
-/** Shared by every copy of airlock in the process (a bundle may hold several). */
-function state(): SelfExecState {
+/**
+ * Whether this process entered worker mode through the marker, and its
+ * depth. Shared by every copy of airlock in the process (a bundle may hold
+ * several).
+ *
+ * @returns The state (live: later entries update it).
+ */
+export function selfExecState(): SelfExecState {
   const global = globalThis as unknown as Record<symbol, SelfExecState>;
   global[STATE] ??= { entered: false, depth: 0 };
   return global[STATE];
 }
 
-interface DenoLike {
+/** The members of `Deno` self-exec uses. */
+export interface DenoLike {
   readonly mainModule: string;
   readonly build: { readonly standalone?: boolean };
   readonly permissions: {
@@ -87,11 +80,21 @@ interface DenoLike {
   };
 }
 
-function deno(): DenoLike {
+/**
+ * The `Deno` global, typed structurally (call only on Deno).
+ *
+ * @returns It.
+ */
+export function deno(): DenoLike {
   return (globalThis as unknown as { Deno: DenoLike }).Deno;
 }
 
-function bunMain(): string {
+/**
+ * The path of the program's entry on Bun (`Bun.main`; call only on Bun).
+ *
+ * @returns The path.
+ */
+export function bunMain(): string {
   return (globalThis as unknown as { Bun: { main: string } }).Bun.main;
 }
 
@@ -107,8 +110,11 @@ function runtime(): RuntimeName | undefined {
 /**
  * Reads a variable of this process without a permission prompt: on Deno,
  * only when reading it is already granted.
+ *
+ * @param name The variable.
+ * @returns Its value, or `undefined` when unset or not readable.
  */
-function ownEnv(name: string): string | undefined {
+export function ownEnv(name: string): string | undefined {
   const current = runtime();
   if (current === "bun") return process.env[name];
   if (current === undefined) return undefined;
@@ -197,7 +203,7 @@ export interface SelfExecWorker {
  * @returns The worker module, or `undefined` in an ordinary process.
  */
 export function selfExecWorker(): SelfExecWorker | undefined {
-  const current = state();
+  const current = selfExecState();
   if (current.entered) return undefined;
   const specifier = ownEnv(WORKER_MODULE_ENV);
   if (!specifier) return undefined;
@@ -212,235 +218,4 @@ export function selfExecWorker(): SelfExecWorker | undefined {
     // Not a URL: keep it whole.
   }
   return { label, load: () => import(specifier) };
-}
-
-/** What {@linkcode selfExecCommand} needs of the resolved options. */
-export interface SelfExecInput {
-  /** The user's module. */
-  moduleUrl: URL | undefined;
-  /** Display name. */
-  label: string;
-  /** The worker runtime. */
-  runtime: RuntimeName;
-  /** Resolved permissions. */
-  permissions: ResolvedPermissions;
-  /** Sandbox mode. */
-  sandbox: "none" | "os" | "auto";
-  /** Working directory. */
-  cwd: string;
-  /** Deno config path given by the caller. */
-  config: string | undefined;
-  /** A custom command (self-exec does not apply). */
-  command: readonly string[] | undefined;
-  /** A launcher prefix (self-exec does not apply). */
-  launcher: readonly string[];
-}
-
-/** What the caller of {@linkcode selfExecCommand} knows of airlock's layout. */
-export interface SelfExecContext {
-  /** The URL of `workers/entry.ts`, whose directories the worker must read under `deno run`. */
-  entry: URL;
-  /** Deno's project flags (`--config …`) for a directory. */
-  projectFlags(start: string): string[];
-}
-
-/** A self-exec command, ready to wrap and spawn. */
-export interface SelfExecCommand {
-  /** The argv. */
-  argv: string[];
-  /** Whether it is wrapped in bubblewrap (whose environment is then empty). */
-  wrapped: boolean;
-}
-
-function startError(label: string, detail: string): WorkerStartError {
-  return new WorkerStartError({ module: label, failure: "spawn", detail });
-}
-
-/** The marker variables added to a worker's `env` grant under `deno run`. */
-function withMarkerEnv(permissions: ResolvedPermissions): ResolvedPermissions {
-  if (permissions.all || permissions.env === true) return permissions;
-  return {
-    ...permissions,
-    env: [...permissions.env, WORKER_MODULE_ENV, WORKER_DEPTH_ENV],
-  };
-}
-
-const COMPILED_DENO_UNENFORCED =
-  'a program made by deno compile cannot pass Deno\'s permission flags to its workers, which take the permissions it was compiled with; use the OS sandbox (Linux with bubblewrap), grant everything with permissions "all", or accept the compiled-in permissions with permissions.enforce "best-effort"';
-
-/**
- * Parent side: the command of a self-exec worker, or `undefined` when
- * workers of this process start the usual way (not compiled and not forced,
- * a `command` or a `launcher` given, or, when forced, another runtime asked
- * for). Adds the marker to `env` and drops {@linkcode SELF_EXEC_STRIPPED_ENV}.
- *
- * @param input The resolved options.
- * @param adapter The parent's runtime.
- * @param env The worker's environment, completed in place.
- * @param context airlock's entry and Deno's project flags.
- * @returns The command, or `undefined`.
- * @throws {WorkerStartError} when this process is a self-exec child that did
- * not enter worker mode (a loop), when the depth limit is reached, when a
- * compiled program asks for another runtime, or when a `deno compile`d
- * program may not read the marker.
- * @throws {PermissionError} when the permissions cannot be enforced.
- */
-export function selfExecCommand(
-  input: SelfExecInput,
-  adapter: RuntimeAdapter,
-  env: Record<string, string>,
-  context: SelfExecContext,
-): SelfExecCommand | undefined {
-  const moduleUrl = input.moduleUrl;
-  if (input.command || input.launcher.length > 0 || !moduleUrl) {
-    return undefined;
-  }
-  const mode = selfExecMode();
-  if (mode === undefined) return undefined;
-  if (input.runtime !== adapter.name) {
-    if (mode === "forced") return undefined;
-    throw startError(
-      input.label,
-      `this program is a compiled ${adapter.name} executable, which can start workers only as itself; runtime "${input.runtime}" would need its own binary and airlock's source files: use runtime "auto"`,
-    );
-  }
-  const current = state();
-  if (!current.entered && ownEnv(WORKER_MODULE_ENV) !== undefined) {
-    throw startError(
-      input.label,
-      `this process was started as a worker (${WORKER_MODULE_ENV} is set) but ran the program's own code instead of serving the worker, and would start itself again in a loop; import "@airlock/airlock" statically from the program's entry module`,
-    );
-  }
-  const depth = current.entered ? current.depth : 0;
-  if (depth >= MAX_SELF_EXEC_DEPTH) {
-    throw startError(
-      input.label,
-      `workers nested ${depth} levels deep reached the self-exec limit (${MAX_SELF_EXEC_DEPTH})`,
-    );
-  }
-  const compiledDeno = mode === "compiled" && adapter.name === "deno";
-  if (compiledDeno) {
-    for (const name of [WORKER_MODULE_ENV, WORKER_DEPTH_ENV]) {
-      const query = deno().permissions.querySync({
-        name: "env",
-        variable: name,
-      });
-      if (query.state !== "granted") {
-        throw startError(
-          input.label,
-          `the worker could not read its marker ${name}, and would run the program's main code instead; compile with --allow-env=${WORKER_MODULE_ENV},${WORKER_DEPTH_ENV} (or --allow-env)`,
-        );
-      }
-    }
-  }
-  for (const name of SELF_EXEC_STRIPPED_ENV) delete env[name];
-  env[WORKER_MODULE_ENV] = moduleUrl.href;
-  env[WORKER_DEPTH_ENV] = String(depth + 1);
-
-  const binary = adapter.execPath();
-  const modulePath = moduleUrl.protocol === "file:"
-    ? fileURLToPath(moduleUrl)
-    : undefined;
-  let argv: string[];
-  let code: CodeMounts = { readOnly: [], denoDir: undefined };
-  if (mode === "compiled") {
-    argv = [binary];
-  } else if (adapter.name === "deno") {
-    const main = deno().mainModule;
-    const mainPath = main.startsWith("file:") ? fileURLToPath(main) : undefined;
-    code = codeMounts(input, adapter, context, [mainPath, modulePath]);
-    const cache = denoCacheMounts(adapter.environment())?.denoDir;
-    if (cache && env.DENO_DIR === undefined) env.DENO_DIR = cache;
-    env.DENO_NO_UPDATE_CHECK ??= "1";
-    argv = [
-      binary,
-      "run",
-      "--quiet",
-      "--no-lock",
-      // Every file of a dynamically imported module graph needs read access.
-      ...denoPermissionFlags(
-        withMarkerEnv(input.permissions),
-        code.readOnly.filter((path) => !path.includes(",")),
-      ),
-      ...(input.config
-        ? ["--config", input.config]
-        : mainPath
-        ? context.projectFlags(dirname(mainPath))
-        : []),
-      main,
-    ];
-  } else {
-    const mainPath = bunMain();
-    code = codeMounts(input, adapter, context, [mainPath, modulePath]);
-    argv = [binary, mainPath];
-  }
-
-  const decision = sandboxDecision({
-    runtime: compiledDeno ? "bun" : adapter.name,
-    sandbox: input.sandbox,
-    permissions: input.permissions,
-    bwrap: locateBwrap(adapter.env("PATH")),
-    platform: process.platform,
-  });
-  if ("error" in decision) {
-    throw new PermissionError(
-      compiledDeno && decision.permission === "permissions"
-        ? COMPILED_DENO_UNENFORCED
-        : decision.error,
-      { module: input.label, permission: decision.permission },
-    );
-  }
-  const bwrapBinary = locateBwrap(adapter.env("PATH"));
-  if (!decision.use || !bwrapBinary) return { argv, wrapped: false };
-  if (code.denoDir) env.DENO_DIR = code.denoDir;
-  return {
-    argv: sandboxedArgv({
-      bwrap: bwrapBinary,
-      runtimeBinary: binary,
-      command: argv,
-      readOnly: code.readOnly,
-      permissions: input.permissions,
-      env,
-      cwd: input.cwd,
-    }),
-    wrapped: true,
-  };
-}
-
-/** Read-only paths a worker's code needs, and Deno's cache directory. */
-interface CodeMounts {
-  readOnly: string[];
-  denoDir: string | undefined;
-}
-
-/**
- * What a worker run through `deno run` or `bun` must read to load the
- * program's entry and the worker module: both module trees, their packages
- * and configs, airlock's code, Deno's caches.
- */
-function codeMounts(
-  input: SelfExecInput,
-  adapter: RuntimeAdapter,
-  context: SelfExecContext,
-  modules: readonly (string | undefined)[],
-): CodeMounts {
-  const entry = context.entry.protocol === "file:"
-    ? fileURLToPath(context.entry)
-    : undefined;
-  const environment = adapter.environment();
-  const found = new Set<string>();
-  let denoDir: string | undefined;
-  for (const module of modules) {
-    if (module === undefined) continue;
-    const mounts = workerMounts({
-      runtime: input.runtime,
-      module,
-      entry,
-      config: input.config,
-      env: environment,
-    });
-    for (const path of mounts.readOnly) found.add(path);
-    denoDir ??= mounts.denoDir;
-  }
-  return { readOnly: [...found], denoDir };
 }

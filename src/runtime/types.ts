@@ -93,6 +93,4 @@ export interface RuntimeAdapter {
    * time, `"-"` when it does not exist, `"?"` when it cannot be read.
    */
   pathIdentity(path: string): string;
-  /** Sends a signal to a pid (negative: a process group). Never throws; returns whether it was delivered. */
-  signal(pid: number, signal: "SIGTERM" | "SIGKILL"): boolean;
 }

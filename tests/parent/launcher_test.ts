@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
-import * as workerCommand from "../../src/runtime/worker_command.ts";
+import * as workerCommand from "../../src/runtime/launch/wrappers.ts";
 import { session, WorkerCrashedError } from "../../mod.ts";
 import type { ConformanceWorker } from "../conformance/conformance.ts";
 import {

@@ -4,15 +4,20 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
 import { PermissionError, RemoteError, session } from "../../mod.ts";
 import type permissions from "../fixtures/permissions_worker.ts";
-import { findBwrap } from "../../src/runtime/sandbox.ts";
+import { findExecutable } from "../../src/runtime/launch/executable.ts";
 import { captureLog, checkNoLeaks, fixture, RUNTIME } from "../_helpers.ts";
 
 checkNoLeaks();
 
 const worker = fixture("permissions_worker.ts");
-const bwrap = findBwrap();
+const bwrap = process.platform === "linux"
+  ? findExecutable("bwrap", { path: process.env.PATH }, (detail) => {
+    throw new Error(detail);
+  })
+  : undefined;
 const root = mkdtempSync(join(tmpdir(), "airlock-perm-"));
 const dirA = join(root, "A");
 const dirB = join(root, "B");

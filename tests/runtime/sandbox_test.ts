@@ -20,22 +20,28 @@ import {
   bwrapArgv,
   type BwrapOptions,
   bwrapProbeArgv,
-  denoCacheMounts,
-  exitFromBwrap,
-  findBwrap,
   LIBRARY_PATHS,
   NETWORK_PATHS,
   PROGRAM_PATHS,
-  resolveSandboxMode,
+} from "../../src/runtime/launch/bwrap.ts";
+import { exitThroughWrapper } from "../../src/runtime/launch/exit.ts";
+import { findExecutable } from "../../src/runtime/launch/executable.ts";
+import {
+  denoCacheMounts,
+  workerMounts,
+} from "../../src/runtime/launch/mounts.ts";
+import {
   sandboxDecision,
   type SandboxDecisionOptions,
-  sandboxPlan,
-  workerMounts,
-} from "../../src/runtime/sandbox.ts";
+} from "../../src/runtime/launch/policy.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { checkNoLeaks, RUNTIME, within } from "../_helpers.ts";
 
 checkNoLeaks();
+
+function refuse(detail: string): never {
+  throw new Error(detail);
+}
 
 const BASE: BwrapOptions = {
   bwrap: "/usr/bin/bwrap",
@@ -323,61 +329,59 @@ describe("bwrapArgv() file system", () => {
   });
 });
 
-describe("bwrapProbeArgv() and sandboxPlan()", () => {
+describe("bwrapProbeArgv()", () => {
   test("bwrapProbeArgv() runs the runtime's --version in an empty sandbox", () => {
     const argv = bwrapProbeArgv("/usr/bin/bwrap", "/opt/bun/bun");
     assert.deepEqual(parse(argv).command, ["/opt/bun/bun", "--version"]);
     assert.ok(argv.includes("--unshare-user"));
   });
-
-  test("sandboxPlan() gives bwrap an empty environment and maps exits", () => {
-    const plan = sandboxPlan({ ...BASE, env: { A: "1" } });
-    assert.deepEqual(plan.env, {});
-    assert.deepEqual(plan.argv, bwrapArgv({ ...BASE, env: { A: "1" } }));
-    assert.equal(plan.pidFromHello, true);
-    assert.deepEqual(plan.mapExit(137, null), {
-      code: null,
-      signal: "SIGKILL",
-    });
-  });
 });
 
-describe("exitFromBwrap()", () => {
-  test("exitFromBwrap() maps 128 + N to the signal's name", () => {
-    assert.deepEqual(exitFromBwrap(137, null), {
+describe("exitThroughWrapper()", () => {
+  test("exitThroughWrapper() maps 128 + N to the signal's name", () => {
+    for (
+      const [code, signal] of [
+        [137, "SIGKILL"],
+        [143, "SIGTERM"],
+        [139, "SIGSEGV"],
+        [134, "SIGABRT"],
+        [130, "SIGINT"],
+        [129, "SIGHUP"],
+      ] as const
+    ) {
+      assert.deepEqual(exitThroughWrapper(code, null), { code: null, signal });
+    }
+  });
+
+  test("exitThroughWrapper() maps every real signal number up to 64", {
+    skip: process.platform !== "linux" && "real-time signals are Linux's",
+  }, () => {
+    assert.deepEqual(exitThroughWrapper(128 + 34, null), {
       code: null,
-      signal: "SIGKILL",
+      signal: "SIGRTMIN",
     });
-    assert.deepEqual(exitFromBwrap(143, null), {
+    assert.deepEqual(exitThroughWrapper(128 + 40, null), {
       code: null,
-      signal: "SIGTERM",
+      signal: "SIGRTMIN+6",
     });
-    assert.deepEqual(exitFromBwrap(139, null), {
+    assert.deepEqual(exitThroughWrapper(128 + 64, null), {
       code: null,
-      signal: "SIGSEGV",
-    });
-    assert.deepEqual(exitFromBwrap(134, null), {
-      code: null,
-      signal: "SIGABRT",
-    });
-    assert.deepEqual(exitFromBwrap(130, null), {
-      code: null,
-      signal: "SIGINT",
+      signal: "SIGRTMAX",
     });
   });
 
-  test("exitFromBwrap() leaves ordinary exit codes alone", () => {
-    for (const code of [0, 1, 2, 127, 128, 255]) {
+  test("exitThroughWrapper() leaves ordinary exit codes alone", () => {
+    for (const code of [0, 1, 2, 127, 128, 193, 255]) {
       assert.deepEqual(
-        exitFromBwrap(code, null),
+        exitThroughWrapper(code, null),
         { code, signal: null },
         String(code),
       );
     }
   });
 
-  test("exitFromBwrap() passes through a signal that ended bwrap itself", () => {
-    assert.deepEqual(exitFromBwrap(null, "SIGKILL"), {
+  test("exitThroughWrapper() passes through a signal that ended the wrapper itself", () => {
+    assert.deepEqual(exitThroughWrapper(null, "SIGKILL"), {
       code: null,
       signal: "SIGKILL",
     });
@@ -614,49 +618,49 @@ describe("sandboxDecision()", () => {
   });
 });
 
-describe("resolveSandboxMode()", () => {
-  test("resolveSandboxMode() defaults to auto and accepts the three modes", () => {
-    assert.equal(resolveSandboxMode(undefined), "auto");
-    for (const mode of ["none", "os", "auto"]) {
-      assert.equal(resolveSandboxMode(mode), mode);
-    }
-  });
-
-  test("resolveSandboxMode() rejects other values naming the option", () => {
-    assert.throws(
-      () => resolveSandboxMode("bwrap"),
-      (error: unknown) =>
-        error instanceof RangeError && error.message.includes('"sandbox"') &&
-        error.message.includes('"bwrap"'),
-    );
-    assert.throws(
-      () => resolveSandboxMode(true, "pool.sandbox"),
-      (error: unknown) =>
-        error instanceof TypeError && error.message.includes('"pool.sandbox"'),
-    );
-  });
-});
-
-describe("findBwrap(), denoCacheMounts() and workerMounts()", () => {
+describe("findExecutable(), denoCacheMounts() and workerMounts()", () => {
   const root = mkdtempSync(join(tmpdir(), "airlock-sandbox-"));
   after(() => rmSync(root, { recursive: true, force: true }));
 
-  test("findBwrap() finds an executable bwrap on PATH only", () => {
-    const bin = join(root, "bin");
-    const other = join(root, "other");
-    mkdirSync(bin);
-    mkdirSync(other);
+  test("findExecutable() finds an executable file on PATH only", () => {
+    const bin = realpathSync(mkdtempSync(join(root, "bin-")));
+    const other = realpathSync(mkdtempSync(join(root, "other-")));
     writeFileSync(join(other, "bwrap"), "#!/bin/sh\n");
     chmodSync(join(other, "bwrap"), 0o644);
     assert.equal(
-      findBwrap({ PATH: `${bin}:${other}` }),
+      findExecutable("bwrap", { path: `${bin}:${other}` }, refuse),
       undefined,
       "not executable",
     );
     writeFileSync(join(bin, "bwrap"), "#!/bin/sh\n");
     chmodSync(join(bin, "bwrap"), 0o755);
-    assert.equal(findBwrap({ PATH: `relative:${bin}` }), join(bin, "bwrap"));
-    assert.equal(findBwrap({}), undefined);
+    assert.equal(
+      findExecutable("bwrap", { path: `relative:${bin}` }, refuse),
+      join(bin, "bwrap"),
+    );
+    assert.equal(
+      findExecutable("bwrap", { path: undefined }, refuse),
+      undefined,
+    );
+  });
+
+  test("findExecutable() resolves node_modules/.bin links to the real binary", () => {
+    const project = realpathSync(mkdtempSync(join(root, "project-")));
+    const pkg = join(project, "node_modules", "tool", "bin");
+    mkdirSync(pkg, { recursive: true });
+    mkdirSync(join(project, "node_modules", ".bin"));
+    writeFileSync(join(pkg, "tool.exe"), "#!/bin/sh\n");
+    chmodSync(join(pkg, "tool.exe"), 0o755);
+    symlinkSync(
+      "../tool/bin/tool.exe",
+      join(project, "node_modules", ".bin", "tool"),
+    );
+    const inner = join(project, "src", "deep");
+    mkdirSync(inner, { recursive: true });
+    assert.equal(
+      findExecutable("tool", { path: "", from: [inner] }, refuse),
+      join(pkg, "tool.exe"),
+    );
   });
 
   test("denoCacheMounts() follows DENO_DIR, then XDG_CACHE_HOME, then HOME", () => {
@@ -827,7 +831,9 @@ const REPO = fileURLToPath(new URL("../../", import.meta.url));
 const PROBE = fileURLToPath(
   new URL("../fixtures/sandbox/probe.ts", import.meta.url),
 );
-const BWRAP = process.platform === "linux" ? findBwrap() : undefined;
+const BWRAP = process.platform === "linux"
+  ? findExecutable("bwrap", { path: process.env.PATH }, refuse)
+  : undefined;
 
 function binary(name: "deno" | "bun"): string | undefined {
   try {
@@ -1007,28 +1013,32 @@ describe("bwrapArgv() confines real workers", () => {
     },
   );
 
-  test("exitFromBwrap() names the signal that killed a real sandboxed worker", {
-    skip: SKIP[RUNTIME],
-  }, async () => {
-    const bin = binary(RUNTIME) ?? "";
-    const script = 'process.kill(process.pid, "SIGKILL")';
-    const command = RUNTIME === "deno"
-      ? [bin, "eval", script]
-      : [bin, "-e", script];
-    const argv = bwrapArgv({
-      ...BASE,
-      bwrap: BWRAP ?? "",
-      runtimeBinary: bin,
-      command,
-      env: { DENO_DIR: "/tmp/.deno" },
-    });
-    const result = await within(run(argv, {}), 30_000, "sandboxed kill");
-    assert.equal(result.code, 137);
-    assert.deepEqual(exitFromBwrap(result.code, null), {
-      code: null,
-      signal: "SIGKILL",
-    });
-  });
+  test(
+    "exitThroughWrapper() names the signal that killed a real sandboxed worker",
+    {
+      skip: SKIP[RUNTIME],
+    },
+    async () => {
+      const bin = binary(RUNTIME) ?? "";
+      const script = 'process.kill(process.pid, "SIGKILL")';
+      const command = RUNTIME === "deno"
+        ? [bin, "eval", script]
+        : [bin, "-e", script];
+      const argv = bwrapArgv({
+        ...BASE,
+        bwrap: BWRAP ?? "",
+        runtimeBinary: bin,
+        command,
+        env: { DENO_DIR: "/tmp/.deno" },
+      });
+      const result = await within(run(argv, {}), 30_000, "sandboxed kill");
+      assert.equal(result.code, 137);
+      assert.deepEqual(exitThroughWrapper(result.code, null), {
+        code: null,
+        signal: "SIGKILL",
+      });
+    },
+  );
 
   test("bwrapArgv() write grants reach the host and nothing else does", {
     skip: SKIP[RUNTIME],

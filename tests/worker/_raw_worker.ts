@@ -14,7 +14,7 @@ import {
   encodeMessage,
   type Message,
 } from "../../src/protocol/messages.ts";
-import { denoMainModule } from "../../src/runtime/worker_command.ts";
+import { denoMainModule } from "../../src/runtime/launch/deno_command.ts";
 import { RUNTIME } from "../_helpers.ts";
 
 const ENTRY = new URL("../../workers/entry.ts", import.meta.url);

@@ -1,0 +1,336 @@
+/**
+ * The bubblewrap (`bwrap`) command line of a sandboxed worker: pure
+ * functions from paths and resolved permissions to an argv. bubblewrap runs
+ * the worker in its own mount, network, IPC, UTS and user namespaces,
+ * so that everything in the process, native code included, sees only the
+ * runtime, its libraries, the worker's code and the granted paths. What to
+ * mount for the code is found by `mounts.ts`; whether to sandbox at all is
+ * decided by `policy.ts`.
+ *
+ * See docs/permissions.md for what each layer enforces on each runtime.
+ *
+ * @module
+ */
+
+import { isAbsolute } from "node:path";
+import type { ResolvedPermissions, ResolvedScopes } from "../permissions.ts";
+import { isGranted } from "../permissions.ts";
+import { covers, depth, minimal, normalizePath } from "./_paths.ts";
+
+/**
+ * Directories of shared libraries, mounted read-only when they exist: the
+ * runtime's own dependencies (libc, libm, libgcc_s…) and whatever a native
+ * client loads by name.
+ */
+export const LIBRARY_PATHS: readonly string[] = [
+  "/lib",
+  "/lib32",
+  "/lib64",
+  "/libx32",
+  "/usr/lib",
+  "/usr/lib32",
+  "/usr/lib64",
+  "/usr/libx32",
+  "/usr/local/lib",
+  "/nix/store",
+  "/etc/ld.so.cache",
+  "/etc/localtime",
+];
+
+/**
+ * Files a worker needs to resolve names and verify TLS certificates,
+ * mounted read-only when `net` is granted and they exist.
+ */
+export const NETWORK_PATHS: readonly string[] = [
+  "/etc/resolv.conf",
+  "/etc/hosts",
+  "/etc/nsswitch.conf",
+  "/etc/host.conf",
+  "/etc/gai.conf",
+  "/etc/services",
+  "/etc/protocols",
+  "/etc/ssl",
+  "/etc/pki",
+  "/etc/ca-certificates",
+  "/usr/share/ca-certificates",
+  "/usr/local/share/ca-certificates",
+];
+
+/**
+ * Directories of programs, mounted read-only when `run` is granted and they
+ * exist, so that granted programs can be found and started.
+ */
+export const PROGRAM_PATHS: readonly string[] = [
+  "/usr",
+  "/bin",
+  "/sbin",
+];
+
+/** Options of {@linkcode bwrapArgv}. */
+export interface BwrapOptions {
+  /** The bubblewrap binary (its real path). */
+  bwrap: string;
+  /** The runtime binary, mounted read-only at its own path. Pass its real path (symlinks resolved). */
+  runtimeBinary: string;
+  /** The whole command to run inside, e.g. `[deno, "run", ...flags, main]`. */
+  command: readonly string[];
+  /**
+   * Paths the worker needs read-only besides its grants: its module tree,
+   * `node_modules`, airlock's own directory, its config files, Deno's module
+   * caches (see {@linkcode denoCacheMounts}). Absolute.
+   */
+  readOnly: readonly string[];
+  /** Granted read paths (absolute), or `true` for the whole file system. */
+  read: ResolvedScopes;
+  /** Granted write paths (absolute), or `true` for the whole file system. Must exist to be visible. */
+  write: ResolvedScopes;
+  /** Whether any network access is granted: the network namespace is then shared. */
+  net: boolean;
+  /**
+   * Granted programs: `true` or names mount the system's program directories
+   * ({@linkcode PROGRAM_PATHS}); absolute paths are mounted too.
+   *
+   * @default {[]}
+   */
+  run?: ResolvedScopes;
+  /**
+   * Granted native libraries (absolute paths), mounted read-only. `true`
+   * mounts nothing more: the library directories are always there.
+   *
+   * @default {[]}
+   */
+  ffi?: ResolvedScopes;
+  /** The worker's whole environment: the sandbox starts from an empty one. */
+  env: Readonly<Record<string, string>>;
+  /**
+   * The worker's working directory (absolute). When no mount covers it, an
+   * empty directory is made at its path so that relative paths to mounted
+   * paths keep working.
+   */
+  cwd: string;
+}
+
+/** Options of {@linkcode sandboxedArgv}. */
+export interface SandboxedArgvOptions {
+  /** The bubblewrap binary. */
+  bwrap: string;
+  /** The runtime binary (its real path: symlinks resolved by the lookup). */
+  runtimeBinary: string;
+  /** The command to run inside. */
+  command: readonly string[];
+  /** Read-only mounts for the worker's code. */
+  readOnly: readonly string[];
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's whole environment. */
+  env: Readonly<Record<string, string>>;
+  /** The worker's working directory. */
+  cwd: string;
+}
+
+/**
+ * The bubblewrap argv for a worker command with the given permissions: the
+ * one place that maps permissions onto {@linkcode bwrapArgv}.
+ *
+ * @param options The command, mounts, permissions, environment and cwd.
+ * @returns The whole argv, starting with the bubblewrap binary.
+ */
+export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
+  const permissions = options.permissions;
+  return bwrapArgv({
+    bwrap: options.bwrap,
+    runtimeBinary: options.runtimeBinary,
+    command: options.command,
+    readOnly: options.readOnly,
+    read: permissions.read,
+    write: permissions.write,
+    net: isGranted(permissions.net),
+    run: permissions.run,
+    ffi: permissions.ffi,
+    env: options.env,
+    cwd: options.cwd,
+  });
+}
+
+/**
+ * Builds bubblewrap's command line for a worker. The worker gets new user
+ * (with nested user namespaces disabled), IPC, UTS and cgroup namespaces and,
+ * unless `net` is granted, a network namespace with only loopback; it keeps
+ * the host's pid namespace (so its own pid is a real one). No capabilities;
+ * a new session; killed when its parent dies; an environment of `env` only
+ * (bubblewrap adds `PWD`).
+ *
+ * The file system is a read-only empty root with: the library directories
+ * ({@linkcode LIBRARY_PATHS}), the runtime binary, `readOnly` and the read
+ * grants read-only; the write grants read-write; a private `/tmp`, a minimal
+ * `/dev` and `/proc`; the network files ({@linkcode NETWORK_PATHS}) when
+ * `net` is granted; the program directories ({@linkcode PROGRAM_PATHS}) when
+ * `run` is. Paths that do not exist are skipped. A write grant wins over a
+ * read-only mount of the same or an inner path; an inner write grant inside
+ * a read-only path stays writable. A grant that covers `/tmp` replaces the
+ * private `/tmp`.
+ *
+ * @param options What to run and what to show it.
+ * @returns The argv, starting with `options.bwrap`.
+ * @throws {RangeError} when a path is relative or an environment variable
+ * name is empty or contains `=`.
+ *
+ * @example A Deno worker with one read-write directory
+ * ```ts
+ * import { bwrapArgv } from "./bwrap.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const argv = bwrapArgv({
+ *   bwrap: "/usr/bin/bwrap",
+ *   runtimeBinary: "/opt/deno/deno",
+ *   command: ["/opt/deno/deno", "run", "--no-prompt", "/app/main.ts"],
+ *   readOnly: ["/app"],
+ *   read: [],
+ *   write: ["/app/data"],
+ *   net: false,
+ *   env: { NO_COLOR: "1" },
+ *   cwd: "/app",
+ * });
+ * assert.equal(argv[0], "/usr/bin/bwrap");
+ * assert.ok(argv.includes("--unshare-net"));
+ * assert.deepEqual(argv.slice(-5), ["--", ...[
+ *   "/opt/deno/deno", "run", "--no-prompt", "/app/main.ts",
+ * ]]);
+ * ```
+ */
+export function bwrapArgv(options: BwrapOptions): string[] {
+  const read = scopesToPaths(options.read, "read");
+  const write = scopesToPaths(options.write, "write");
+  const run = options.run ?? [];
+  const ffi = options.ffi ?? [];
+  const cwd = normalizePath(options.cwd, "cwd");
+
+  const readOnly: string[] = [
+    ...LIBRARY_PATHS,
+    ...(options.net ? NETWORK_PATHS : []),
+    ...(isGranted(run) ? PROGRAM_PATHS : []),
+    normalizePath(options.runtimeBinary, "runtimeBinary"),
+    ...options.readOnly.map((path, index) =>
+      normalizePath(path, `readOnly[${index}]`)
+    ),
+    ...read,
+    ...(run === true
+      ? []
+      : run.filter((entry) => isAbsolute(entry)).map((path, index) =>
+        normalizePath(path, `run[${index}]`)
+      )),
+    ...(ffi === true
+      ? []
+      : ffi.map((path, index) => normalizePath(path, `ffi[${index}]`))),
+  ];
+
+  const writable = minimal(write);
+  const readable = minimal(
+    readOnly.filter((path) => !writable.some((rw) => covers(rw, path))),
+  );
+  const bound = [...writable, ...readable];
+
+  const mounts: Mount[] = [
+    ...readable.map((path): Mount => ({
+      path,
+      args: ["--ro-bind-try", path, path],
+      rank: 0,
+    })),
+    ...writable.map((path): Mount => ({
+      path,
+      args: ["--bind-try", path, path],
+      rank: 0,
+    })),
+    { path: "/dev", args: ["--dev", "/dev"], rank: 1 },
+    { path: "/proc", args: ["--proc", "/proc"], rank: 1 },
+  ];
+  if (!bound.some((path) => covers(path, "/tmp"))) {
+    mounts.push({ path: "/tmp", args: ["--tmpfs", "/tmp"], rank: 1 });
+  }
+  const special = ["/dev", "/proc"];
+  if (
+    !bound.some((path) => covers(path, cwd)) &&
+    !special.some((path) => covers(path, cwd)) && cwd !== "/" &&
+    cwd !== "/tmp"
+  ) {
+    mounts.push({ path: cwd, args: ["--dir", cwd], rank: 2 });
+  }
+  mounts.sort((a, b) => depth(a.path) - depth(b.path) || a.rank - b.rank);
+
+  const argv = [
+    options.bwrap,
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-user",
+    "--disable-userns",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    ...(options.net ? [] : ["--unshare-net"]),
+    "--cap-drop",
+    "ALL",
+    "--clearenv",
+  ];
+  for (const [name, value] of Object.entries(options.env)) {
+    if (name === "" || name.includes("=") || name.includes("\0")) {
+      throw new RangeError(
+        `Invalid environment variable name for the sandbox: ${
+          JSON.stringify(name)
+        }`,
+      );
+    }
+    argv.push("--setenv", name, value);
+  }
+  for (const mount of mounts) argv.push(...mount.args);
+  if (!writable.includes("/")) argv.push("--remount-ro", "/");
+  argv.push("--chdir", cwd, "--", ...options.command);
+  return argv;
+}
+
+/**
+ * The argv of a quick run that shows whether bubblewrap works here with the
+ * namespaces {@linkcode bwrapArgv} asks for (it may be installed yet unusable,
+ * e.g. in a container that forbids user namespaces): the runtime prints its
+ * version inside an empty sandbox. Exit code 0 means usable; otherwise
+ * bubblewrap says why on stderr.
+ *
+ * @param bwrap The bubblewrap binary.
+ * @param runtimeBinary The runtime binary (real path).
+ * @returns The argv.
+ *
+ * @example
+ * ```ts
+ * import { bwrapProbeArgv } from "./bwrap.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const argv = bwrapProbeArgv("/usr/bin/bwrap", "/opt/deno/deno");
+ * assert.deepEqual(argv.slice(-3), ["--", "/opt/deno/deno", "--version"]);
+ * ```
+ */
+export function bwrapProbeArgv(bwrap: string, runtimeBinary: string): string[] {
+  return bwrapArgv({
+    bwrap,
+    runtimeBinary,
+    command: [runtimeBinary, "--version"],
+    readOnly: [],
+    read: [],
+    write: [],
+    net: false,
+    env: {},
+    cwd: "/",
+  });
+}
+
+interface Mount {
+  /** The destination, for ordering. */
+  path: string;
+  /** The bubblewrap arguments. */
+  args: string[];
+  /** Order among mounts of the same depth: binds, then special, then made dirs. */
+  rank: number;
+}
+
+function scopesToPaths(scopes: ResolvedScopes, name: string): string[] {
+  if (scopes === true) return ["/"];
+  return scopes.map((path, index) => normalizePath(path, `${name}[${index}]`));
+}

@@ -1,0 +1,388 @@
+/**
+ * The one launch path of a worker. First the command: the runtime with its
+ * flags, airlock's entry and the user's module (or, in a compiled program,
+ * the executable itself: self-exec; or a user's `command`). Then the
+ * wrappers, innermost first: the OS sandbox (bubblewrap), the parent-death
+ * guard (`setpriv --pdeathsig KILL`), a user's launcher. The result carries
+ * the argv and environment to spawn, the exit mapper of its wrappers and how
+ * to find the worker's real pid below them.
+ *
+ * @module
+ */
+
+import { readFileSync } from "node:fs";
+import { dirname } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import { PermissionError, WorkerStartError } from "../../errors.ts";
+import type { RuntimeAdapter, RuntimeName } from "../types.ts";
+import {
+  completeDenoEnv,
+  denoMainModule,
+  denoRunArgv,
+} from "./deno_command.ts";
+import { exitAsIs } from "./exit.ts";
+import {
+  findExecutable,
+  type LookupDenied,
+  recordWorkerWritable,
+  resolveProgram,
+  trustedRealPath,
+} from "./executable.ts";
+import { workerMounts } from "./mounts.ts";
+import { sandboxDecision } from "./policy.ts";
+import { selfExecCommand } from "./self_exec_command.ts";
+import type {
+  ExitMapper,
+  LaunchStep,
+  WorkerCommand,
+  WorkerCommandInput,
+  Wrapper,
+} from "./types.ts";
+import { bwrapWrapper, launcherWrapper, setprivWrapper } from "./wrappers.ts";
+
+/**
+ * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
+ * transpiled JavaScript), computed in this one place.
+ *
+ * @returns The entry's URL.
+ */
+export function workerEntryUrl(): URL {
+  const here = import.meta.url;
+  const extension = here.endsWith(".js") ? "js" : "ts";
+  return new URL(`../../../workers/entry.${extension}`, here);
+}
+
+/** The PATH searched when the parent's own cannot be read. */
+const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
+
+/** Lookups of the process, made once: binaries do not move. */
+const found = new Map<string, string | null>();
+
+function cached(
+  key: string,
+  look: () => string | undefined,
+): string | undefined {
+  if (!found.has(key)) found.set(key, look() ?? null);
+  return found.get(key) ?? undefined;
+}
+
+function spawnDenied(label: string): LookupDenied {
+  return (detail, cause) => {
+    throw new WorkerStartError({
+      module: label,
+      failure: "spawn",
+      detail,
+      cause,
+    });
+  };
+}
+
+function sandboxDenied(label: string): LookupDenied {
+  return (detail, cause) => {
+    throw new PermissionError(
+      `cannot look up bubblewrap: ${detail}; give the parent read access to PATH's directories (Deno: --allow-read) or use sandbox "none" where that is acceptable`,
+      { module: label, permission: "sandbox", cause },
+    );
+  };
+}
+
+/** The binary of a worker runtime: the parent's own, or the other one found on PATH or in `node_modules/.bin`. */
+function runtimeBinary(
+  runtime: RuntimeName,
+  adapter: RuntimeAdapter,
+  input: WorkerCommandInput,
+): string {
+  const denied = spawnDenied(input.label);
+  if (runtime === adapter.name) {
+    return cached(
+      `self:${runtime}`,
+      () => trustedRealPath(adapter.execPath(), denied),
+    ) ?? adapter.execPath();
+  }
+  const from = [adapter.cwd()];
+  if (input.moduleUrl?.protocol === "file:") {
+    from.push(dirname(fileURLToPath(input.moduleUrl)));
+  }
+  const binary = cached(
+    `runtime:${runtime}`,
+    () => findExecutable(runtime, { path: adapter.env("PATH"), from }, denied),
+  );
+  if (binary === undefined) {
+    throw new WorkerStartError({
+      module: input.label,
+      failure: "spawn",
+      detail:
+        `the ${runtime} binary was not found on PATH nor in node_modules/.bin; install it (npm install --save-dev ${runtime}) or choose another runtime`,
+    });
+  }
+  return binary;
+}
+
+/** A Linux system tool (bubblewrap, setpriv) on PATH, looked up once. */
+function linuxTool(
+  name: "bwrap" | "setpriv",
+  adapter: RuntimeAdapter,
+  denied: LookupDenied,
+): string | undefined {
+  if (process.platform !== "linux") return undefined;
+  return cached(
+    name,
+    () =>
+      findExecutable(
+        name,
+        { path: adapter.env("PATH") ?? DEFAULT_PATH },
+        denied,
+      ),
+  );
+}
+
+/** The command before wrapping, and what the sandbox decision needs of it. */
+interface InnerCommand {
+  step: LaunchStep;
+  /** The runtime binary the command starts, when it is airlock's worker. */
+  binary: string | undefined;
+  /** The runtime whose confinement rules apply (`undefined`: a `command`). */
+  runtime: RuntimeName | undefined;
+  /** Mount discovery for the worker's code (module workers). */
+  codeMounts: (() => string[]) | undefined;
+  /** A `deno compile`d self-exec program. */
+  compiledDeno: boolean;
+}
+
+const COMPILED_DENO_UNENFORCED =
+  'a program made by deno compile cannot pass Deno\'s permission flags to its workers, which take the permissions it was compiled with; use the OS sandbox (Linux with bubblewrap), grant everything with permissions "all", or accept the compiled-in permissions with permissions.enforce "best-effort"';
+
+function innerCommand(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  env: Record<string, string>,
+  parentWatchdog: boolean,
+): InnerCommand {
+  if (input.command) {
+    const [program = "", ...rest] = input.command;
+    if (input.launcher.length > 0) {
+      // The program runs on the launcher's side: nothing to look up here.
+      return {
+        step: { argv: [...input.command], env, readOnly: [] },
+        binary: undefined,
+        runtime: undefined,
+        codeMounts: undefined,
+        compiledDeno: false,
+      };
+    }
+    const resolved = resolveProgram(
+      program,
+      input.cwd,
+      env.PATH ?? adapter.env("PATH") ?? DEFAULT_PATH,
+      spawnDenied(input.label),
+    );
+    if ("missing" in resolved) {
+      throw new WorkerStartError({
+        module: input.label,
+        failure: "spawn",
+        detail: `cannot run the command: ${resolved.missing}`,
+      });
+    }
+    return {
+      step: { argv: [resolved.path, ...rest], env, readOnly: [] },
+      binary: undefined,
+      runtime: undefined,
+      codeMounts: undefined,
+      compiledDeno: false,
+    };
+  }
+  const entry = workerEntryUrl();
+  const self = input.moduleUrl === undefined ? undefined : selfExecCommand(
+    input,
+    adapter,
+    env,
+    runtimeBinary(adapter.name, adapter, input),
+    entry,
+  );
+  if (self) {
+    return {
+      step: { argv: self.argv, env, readOnly: self.readOnly },
+      binary: self.binary,
+      // A deno compile'd program cannot pass Deno's flags to its workers:
+      // only the sandbox confines them, as for Bun.
+      runtime: self.compiledDeno ? "bun" : adapter.name,
+      codeMounts: () => self.readOnly,
+      compiledDeno: self.compiledDeno,
+    };
+  }
+  const moduleUrl = input.moduleUrl;
+  if (!moduleUrl) throw new TypeError("Cannot build worker: no module");
+  const binary = runtimeBinary(input.runtime, adapter, input);
+  let argv: string[];
+  if (input.runtime === "deno") {
+    completeDenoEnv(env, adapter.environment());
+    argv = denoRunArgv({
+      binary,
+      permissions: input.permissions,
+      extraRead: [],
+      config: input.config,
+      projectDir: moduleUrl.protocol === "file:"
+        ? dirname(fileURLToPath(moduleUrl))
+        : undefined,
+      main: denoMainModule(entry, moduleUrl, input.label, parentWatchdog),
+    });
+  } else {
+    argv = [binary, fileURLToPath(entry), moduleUrl.href];
+    if (parentWatchdog) argv.push("--parent-watchdog");
+  }
+  const codeMounts = (): string[] =>
+    workerMounts({
+      runtime: input.runtime,
+      module: moduleUrl.protocol === "file:"
+        ? fileURLToPath(moduleUrl)
+        : undefined,
+      entry: entry.protocol === "file:" ? fileURLToPath(entry) : undefined,
+      config: input.config,
+      env: { ...adapter.environment(), ...env },
+    }).readOnly;
+  return {
+    step: { argv, env, readOnly: [] },
+    binary,
+    runtime: input.runtime,
+    codeMounts,
+    compiledDeno: false,
+  };
+}
+
+/**
+ * The sandbox wrappers a worker gets, or none; throws when its permissions
+ * cannot be enforced here.
+ */
+function sandboxWrappers(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  inner: InnerCommand,
+): Wrapper[] {
+  // Through a launcher the sandbox is the remote side's job: bwrap's
+  // mounts would name this machine's paths. A `command` is not sandboxed.
+  if (input.launcher.length > 0 || inner.runtime === undefined) return [];
+  const needsLookup = !input.permissions.all && input.sandbox !== "none";
+  const bwrap = needsLookup
+    ? linuxTool("bwrap", adapter, sandboxDenied(input.label))
+    : undefined;
+  const decision = sandboxDecision({
+    runtime: inner.runtime,
+    sandbox: input.sandbox,
+    permissions: input.permissions,
+    bwrap,
+    platform: process.platform,
+  });
+  if ("error" in decision) {
+    throw new PermissionError(
+      inner.compiledDeno && decision.permission === "permissions"
+        ? COMPILED_DENO_UNENFORCED
+        : decision.error,
+      { module: input.label, permission: decision.permission },
+    );
+  }
+  if (!decision.use || bwrap === undefined || inner.binary === undefined) {
+    return [];
+  }
+  inner.step.readOnly = [
+    ...inner.step.readOnly,
+    ...(inner.codeMounts?.() ?? []),
+  ];
+  return [
+    bwrapWrapper({
+      bwrap,
+      runtimeBinary: inner.binary,
+      permissions: input.permissions,
+      cwd: input.cwd,
+    }),
+  ];
+}
+
+/**
+ * The pid `levels` generations below `pid`, following each process's first
+ * child (`/proc/<pid>/task/<pid>/children`, Linux).
+ *
+ * @param pid The spawned process.
+ * @param levels How many generations down.
+ * @returns The descendant's pid, or `undefined` when it cannot be read.
+ */
+export function descendantPid(pid: number, levels: number): number | undefined {
+  let current = pid;
+  for (let level = 0; level < levels; level++) {
+    let children: string;
+    try {
+      children = readFileSync(
+        `/proc/${current}/task/${current}/children`,
+        "utf8",
+      );
+    } catch {
+      return undefined;
+    }
+    const first = Number(children.trim().split(/\s+/)[0]);
+    if (!Number.isInteger(first) || first <= 0) return undefined;
+    current = first;
+  }
+  return current;
+}
+
+/**
+ * Builds the command of a worker process: the runtime and its flags (Deno
+ * permission flags, config), airlock's entry and the user's module, wrapped
+ * in the OS sandbox when it applies and in `setpriv --pdeathsig KILL` so the
+ * worker dies with its parent even when blocked in synchronous code, or
+ * behind the user's launcher.
+ *
+ * @param input The resolved options.
+ * @param adapter The parent's runtime.
+ * @returns The command.
+ * @throws {WorkerStartError} when the worker's runtime binary or program is
+ * missing or refused (`failure: "spawn"`).
+ * @throws {PermissionError} when the permissions cannot be enforced here.
+ */
+export function buildWorkerCommand(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+): WorkerCommand {
+  const permissions = input.permissions;
+  if (!permissions.all && permissions.write !== true) {
+    recordWorkerWritable(permissions.write);
+  }
+  const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
+  const local = input.launcher.length === 0;
+  // AIRLOCK_NO_PDEATHSIG=1 (tests): run as on a system without setpriv.
+  const setpriv = local && adapter.env("AIRLOCK_NO_PDEATHSIG") !== "1"
+    ? linuxTool("setpriv", adapter, spawnDenied(input.label))
+    : undefined;
+  // Without a parent-death signal the worker watches its parent itself.
+  const parentWatchdog = !local || setpriv === undefined;
+  const inner = innerCommand(input, adapter, env, parentWatchdog);
+  const wrappers = sandboxWrappers(input, adapter, inner);
+  if (setpriv !== undefined) wrappers.push(setprivWrapper(setpriv));
+  if (!local) wrappers.push(launcherWrapper(input.launcher));
+
+  let step: LaunchStep = inner.step;
+  const mappers: ExitMapper[] = [];
+  let levels = 0;
+  for (const wrapper of wrappers) {
+    const wrapped = wrapper.wrap(step);
+    if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
+    levels += wrapped.levels ?? 0;
+    step = wrapped;
+  }
+  const mapExit: ExitMapper = mappers.length === 0
+    ? exitAsIs
+    : (code, signal) => {
+      let status = { code, signal };
+      for (const map of mappers) status = map(status.code, status.signal);
+      return status;
+    };
+  return {
+    module: input.label,
+    spawn: { argv: step.argv, env: step.env, cwd: input.cwd },
+    local,
+    wrappers: wrappers.map((wrapper) => wrapper.name).reverse(),
+    mapExit,
+    workerPid: (spawnPid) =>
+      local ? descendantPid(spawnPid, levels) : undefined,
+  };
+}

@@ -1,0 +1,146 @@
+/**
+ * The one Deno command line of a worker: `deno run` with airlock's fixed
+ * flags, the permission flags, the project flags and the main module, and
+ * the one Deno environment (`DENO_DIR`, no update check). Used for module
+ * workers and for self-exec under `deno run`. Private to src/runtime.
+ *
+ * @module
+ */
+
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import {
+  denoPermissionFlags,
+  type ResolvedPermissions,
+} from "../permissions.ts";
+import { denoCacheMounts } from "./mounts.ts";
+
+/**
+ * The source of the main module a Deno worker runs: a `data:` module that
+ * statically names both airlock's entry and the user's module, so Deno loads
+ * them without any read permission, and imports the user's module through an
+ * analysable dynamic import, so a module that throws at import is reported
+ * as such.
+ *
+ * @param entry The entry's URL.
+ * @param module The user's module URL.
+ * @param label The module's display name.
+ * @param parentWatchdog Whether the worker starts its parent-death watchdog.
+ * @returns A `data:` URL.
+ */
+export function denoMainModule(
+  entry: URL,
+  module: URL,
+  label: string,
+  parentWatchdog = false,
+): string {
+  const source = `import { runEntry } from ${JSON.stringify(entry.href)};\n` +
+    `await runEntry(() => import(${JSON.stringify(module.href)}), ${
+      JSON.stringify(label)
+    }${parentWatchdog ? ", { parentWatchdog: true }" : ""});\n`;
+  return `data:application/typescript,${encodeURIComponent(source)}`;
+}
+
+/**
+ * The Deno flags that make a worker module resolve its imports as in its
+ * own project: walking up from the module's directory, the first directory
+ * holding a `deno.json`, `deno.jsonc` or `package.json` is the project. Its
+ * `deno.json(c)` is passed with `--config`; a project with only a
+ * `package.json` gets `--node-modules-dir=manual`, so bare specifiers and
+ * `#` subpath imports resolve from its `package.json` and `node_modules`
+ * (the worker's main module is a `data:` URL, from which Deno would not
+ * discover either).
+ *
+ * @param start The module's directory.
+ * @returns The flags (empty when the module belongs to no project).
+ */
+export function denoProjectFlags(start: string): string[] {
+  let dir = start;
+  while (true) {
+    for (const name of ["deno.json", "deno.jsonc"]) {
+      const candidate = join(dir, name);
+      if (existsSync(candidate)) return ["--config", candidate];
+    }
+    if (existsSync(join(dir, "package.json"))) {
+      return ["--node-modules-dir=manual"];
+    }
+    const parent = dirname(dir);
+    if (parent === dir) return [];
+    dir = parent;
+  }
+}
+
+/** Options of {@linkcode denoRunArgv}. */
+export interface DenoRunOptions {
+  /** The Deno binary (real path). */
+  binary: string;
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** Paths the worker must read besides its grants (self-exec's module trees). */
+  extraRead: readonly string[];
+  /** The `config` option, if given. */
+  config: string | undefined;
+  /** The directory whose project flags apply when no config is given, if any. */
+  projectDir: string | undefined;
+  /** The main module (a `data:` URL, or the program's entry). */
+  main: string;
+}
+
+/**
+ * The argv of a Deno worker: `deno run --quiet --no-lock`, the permission
+ * flags, `--config` or the project's flags, the main module.
+ *
+ * @param options The binary, permissions, project and main module.
+ * @returns The argv.
+ *
+ * @example
+ * ```ts
+ * import { denoRunArgv } from "./deno_command.ts";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(
+ *   denoRunArgv({
+ *     binary: "/opt/deno",
+ *     permissions: resolvePermissions(undefined, "/app"),
+ *     extraRead: [],
+ *     config: "/app/deno.json",
+ *     projectDir: undefined,
+ *     main: "file:///app/main.ts",
+ *   }),
+ *   ["/opt/deno", "run", "--quiet", "--no-lock", "--no-prompt", "--config", "/app/deno.json", "file:///app/main.ts"],
+ * );
+ * ```
+ */
+export function denoRunArgv(options: DenoRunOptions): string[] {
+  return [
+    options.binary,
+    "run",
+    "--quiet",
+    "--no-lock",
+    ...denoPermissionFlags(options.permissions, options.extraRead),
+    ...(options.config !== undefined
+      ? ["--config", options.config]
+      : options.projectDir !== undefined
+      ? denoProjectFlags(options.projectDir)
+      : []),
+    options.main,
+  ];
+}
+
+/**
+ * Completes a Deno worker's environment in place: `DENO_DIR` (unless given)
+ * from the parent's (`DENO_DIR`, `XDG_CACHE_HOME`, `HOME`), without which a
+ * worker with no HOME refuses to start, and no update check.
+ *
+ * @param env The worker's environment, completed in place.
+ * @param parentEnv The parent's environment.
+ */
+export function completeDenoEnv(
+  env: Record<string, string>,
+  parentEnv: Readonly<Record<string, string | undefined>>,
+): void {
+  const cache = denoCacheMounts(parentEnv)?.denoDir;
+  if (cache !== undefined && env.DENO_DIR === undefined) env.DENO_DIR = cache;
+  env.DENO_NO_UPDATE_CHECK ??= "1";
+}

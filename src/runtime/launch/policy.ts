@@ -1,0 +1,172 @@
+/**
+ * Whether a worker runs in the OS sandbox: a pure decision from the
+ * runtime, the `sandbox` option, the permissions and what this machine has.
+ *
+ * @module
+ */
+
+import type { ResolvedPermissions } from "../permissions.ts";
+import { isGranted } from "../permissions.ts";
+import type { SandboxMode } from "./types.ts";
+
+/** Options of {@linkcode sandboxDecision}. */
+export interface SandboxDecisionOptions {
+  /** The worker's runtime. */
+  runtime: "deno" | "bun";
+  /** The `sandbox` option, resolved. */
+  sandbox: SandboxMode;
+  /** The `permissions` option, resolved. */
+  permissions: ResolvedPermissions;
+  /** The bubblewrap binary, or `undefined` when none was found (or it is unusable). */
+  bwrap: string | undefined;
+  /** The platform (`process.platform`), e.g. `"linux"`. */
+  platform: string;
+}
+
+/**
+ * Whether to run a worker in the OS sandbox ({@linkcode SandboxDecision}
+ * `use`, with the reason), or why it cannot start (`error`).
+ */
+export type SandboxDecision =
+  | { readonly use: boolean; readonly reason: string }
+  | {
+    /** Why the worker cannot start, as a message detail. */
+    readonly error: string;
+    /** What cannot be honoured: `"sandbox"` (the `sandbox` option) or `"permissions"`. */
+    readonly permission: "sandbox" | "permissions";
+  };
+
+/**
+ * Decides whether a worker runs in the OS sandbox. The rules:
+ *
+ * - `permissions: "all"`: never sandboxed; `sandbox: "os"` with it is an
+ *   error (the two contradict each other).
+ * - `sandbox: "os"`: sandboxed, or an error where the sandbox cannot be had
+ *   (not Linux, or no bubblewrap).
+ * - `sandbox: "auto"` (the default): sandboxed whenever bubblewrap is
+ *   available and the runtime is Bun, or `ffi` or `run` is granted.
+ * - Bun without the sandbox (`sandbox: "none"`, or `"auto"` where bubblewrap
+ *   is unavailable): Bun has no permission model, so nothing would enforce
+ *   the permissions, not even the default "nothing granted". That is an
+ *   error unless `permissions.enforce` is `"best-effort"`.
+ * - Deno without the sandbox: Deno's flags enforce the permissions on
+ *   JavaScript; native code and subprocesses are not confined.
+ *
+ * @param options The runtime, the options, and what this machine has.
+ * @returns `{ use, reason }`, or `{ error }` with a message detail that says
+ * how to fix it (no leading "Cannot start worker", no final period).
+ *
+ * @example Bun on a machine with bubblewrap
+ * ```ts
+ * import { resolvePermissions } from "../permissions.ts";
+ * import { sandboxDecision } from "./policy.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const decision = sandboxDecision({
+ *   runtime: "bun",
+ *   sandbox: "auto",
+ *   permissions: resolvePermissions(undefined, "/app"),
+ *   bwrap: "/usr/bin/bwrap",
+ *   platform: "linux",
+ * });
+ * assert.ok("use" in decision && decision.use);
+ * ```
+ *
+ * @example Bun on macOS, nothing granted, strict
+ * ```ts
+ * import { resolvePermissions } from "../permissions.ts";
+ * import { sandboxDecision } from "./policy.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const decision = sandboxDecision({
+ *   runtime: "bun",
+ *   sandbox: "auto",
+ *   permissions: resolvePermissions(undefined, "/app"),
+ *   bwrap: undefined,
+ *   platform: "darwin",
+ * });
+ * assert.ok("error" in decision);
+ * ```
+ */
+export function sandboxDecision(
+  options: SandboxDecisionOptions,
+): SandboxDecision {
+  const { runtime, sandbox, permissions, bwrap, platform } = options;
+  const unavailable = platform !== "linux"
+    ? `the OS sandbox needs Linux and bubblewrap, and this platform is "${platform}"`
+    : bwrap === undefined
+    ? 'bubblewrap ("bwrap") was not found on PATH or cannot run here (install it, e.g. "apt-get install bubblewrap")'
+    : undefined;
+
+  if (permissions.all) {
+    if (sandbox === "os") {
+      return {
+        error:
+          'sandbox "os" contradicts permissions "all", which grants everything; drop one of them',
+        permission: "sandbox",
+      };
+    }
+    return { use: false, reason: 'permissions "all" grants everything' };
+  }
+
+  if (sandbox === "os") {
+    if (unavailable !== undefined) {
+      return {
+        error:
+          `sandbox "os" was asked for but ${unavailable}; use sandbox "auto" to run without it where it is missing`,
+        permission: "sandbox",
+      };
+    }
+    return { use: true, reason: 'sandbox "os" was asked for' };
+  }
+
+  if (sandbox === "auto" && unavailable === undefined) {
+    if (runtime === "bun") {
+      return {
+        use: true,
+        reason:
+          "Bun has no permission model: the OS sandbox enforces the permissions",
+      };
+    }
+    const escapes = (["ffi", "run"] as const).filter((kind) =>
+      isGranted(permissions[kind])
+    );
+    if (escapes.length > 0) {
+      return {
+        use: true,
+        reason: `${
+          escapes.join(" and ")
+        } granted: native code and subprocesses are not confined by Deno's flags`,
+      };
+    }
+    return { use: false, reason: "Deno's flags enforce the permissions" };
+  }
+
+  // No sandbox: "none", or "auto" where it is unavailable.
+  const without = sandbox === "none"
+    ? 'sandbox "none" turns off the OS sandbox'
+    : unavailable ?? "the OS sandbox is unavailable";
+  if (runtime === "deno") {
+    return {
+      use: false,
+      reason:
+        `Deno's flags enforce the permissions on JavaScript (${without}; native code and subprocesses are not confined)`,
+    };
+  }
+  if (permissions.enforce === "best-effort") {
+    return {
+      use: false,
+      reason:
+        `permissions.enforce is "best-effort": Bun enforces no permissions and ${without}`,
+    };
+  }
+  return {
+    error:
+      `Bun has no permission model and ${without}, so nothing would enforce the permissions (not even the default of nothing granted); ${
+        sandbox === "none"
+          ? 'use sandbox "auto" on Linux with bubblewrap, '
+          : "install bubblewrap, "
+      }grant everything with permissions "all", or accept unenforced permissions with permissions.enforce "best-effort"`,
+    permission: "permissions",
+  };
+}

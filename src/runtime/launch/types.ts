@@ -1,0 +1,114 @@
+/**
+ * The shared types of launching a worker: the `sandbox` mode, what the
+ * command builder needs of the resolved options, the finished command, and
+ * the wrapper contract every layer around the worker (sandbox backends, the
+ * parent-death guard, a launcher) implements. Private to src/runtime.
+ *
+ * @module
+ */
+
+import type { ResolvedPermissions } from "../permissions.ts";
+import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
+
+/**
+ * The `sandbox` option: `"os"` requires the OS sandbox (fails where it
+ * cannot be had), `"none"` never uses it, `"auto"` uses it wherever it is
+ * available. The one definition of the union: options.ts imports it.
+ */
+export type SandboxMode = "none" | "os" | "auto";
+
+/** The values of {@linkcode SandboxMode}, for validation. */
+export const SANDBOX_MODES: readonly SandboxMode[] = ["none", "os", "auto"];
+
+/** Maps the exit status of the spawned process to the worker's own. */
+export type ExitMapper = (
+  code: number | null,
+  signal: string | null,
+) => ExitStatus;
+
+/** What {@linkcode buildWorkerCommand} needs of the resolved options. */
+export interface WorkerCommandInput {
+  /** The user's module, or `undefined` with `command`. */
+  moduleUrl: URL | undefined;
+  /** Display name. */
+  label: string;
+  /** The worker runtime. */
+  runtime: RuntimeName;
+  /** Resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** Sandbox mode. */
+  sandbox: SandboxMode;
+  /** The worker's environment (as the user gave it). */
+  env: Record<string, string>;
+  /** Working directory. */
+  cwd: string;
+  /** Deno config path. */
+  config: string | undefined;
+  /** A custom command instead of a module. */
+  command: readonly string[] | undefined;
+  /** A launcher prefix. */
+  launcher: readonly string[];
+}
+
+/** A worker command, ready to spawn. */
+export interface WorkerCommand {
+  /** The worker module's (or command's) display name, for messages. */
+  module: string;
+  /** What to spawn. */
+  spawn: SpawnRequest;
+  /** Whether the worker runs on this machine (its pid can be inspected). */
+  local: boolean;
+  /** The wrappers around the worker, outermost first (e.g. `["setpriv", "bwrap"]`). */
+  wrappers: readonly string[];
+  /** Maps the spawned process's exit status to the worker's (undoes a wrapper's 128 + N). */
+  mapExit: ExitMapper;
+  /**
+   * The worker's real pid on this machine, found from the pid of the spawned
+   * process (a sandbox's pid when wrapped), never from anything the worker
+   * says. `undefined` when it cannot be known (a launcher, or the process is
+   * gone); call it once the worker is ready.
+   */
+  workerPid(spawnPid: number): number | undefined;
+}
+
+/** One step of a launch: a command line with its environment. */
+export interface LaunchStep {
+  /** The program and its arguments. */
+  argv: string[];
+  /** The whole environment of the program. */
+  env: Record<string, string>;
+  /**
+   * Absolute paths the program must be able to read to run (its binary,
+   * the worker's code, a wrapper's own program): what a sandbox mounts
+   * read-only besides the grants.
+   */
+  readOnly: readonly string[];
+}
+
+/** What a wrapper made of a step. */
+export interface WrappedStep extends LaunchStep {
+  /**
+   * How the wrapper reports the inner program's exit (omitted: as it is).
+   * Mappers apply outermost first.
+   */
+  mapExit?: ExitMapper;
+  /**
+   * How many generations of processes lie between the wrapper's process and
+   * the inner program (bubblewrap forks: 1; with a pid namespace its init
+   * forks again: 2). Omitted: 0, the wrapper execs the inner program.
+   */
+  levels?: number;
+}
+
+/**
+ * One layer around a worker command: takes the inner step's argv and env,
+ * returns the wrapping argv and env. Wrappers run innermost first: a
+ * Landlock step inside bubblewrap, bubblewrap inside `setpriv`, all of it
+ * behind a launcher.
+ */
+export interface Wrapper {
+  /** A short name for diagnostics (`"bwrap"`, `"setpriv"`, `"launcher"`). */
+  readonly name: string;
+  /** Wraps the inner step. */
+  wrap(inner: LaunchStep): WrappedStep;
+}

@@ -1,0 +1,156 @@
+// buildWorkerCommand(): the one launch path, tested on what production
+// spawns (the same function sessions, pools and oneShot call).
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  chmodSync,
+  mkdtempSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { oneShot, session, WorkerStartError } from "../../mod.ts";
+import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
+import { findExecutable } from "../../src/runtime/launch/executable.ts";
+import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
+import { resolvePermissions } from "../../src/runtime/permissions.ts";
+import { detect } from "../../src/runtime/detect.ts";
+import { checkNoLeaks, fixture, OTHER_RUNTIME, RUNTIME } from "../_helpers.ts";
+
+checkNoLeaks();
+
+const adapter = detect();
+const scratch = realpathSync(mkdtempSync(join(tmpdir(), "airlock-command-")));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+
+function refuse(detail: string): never {
+  throw new Error(detail);
+}
+
+const BWRAP = process.platform === "linux"
+  ? findExecutable("bwrap", { path: process.env.PATH }, refuse)
+  : undefined;
+
+function input(overrides: Partial<WorkerCommandInput>): WorkerCommandInput {
+  return {
+    moduleUrl: fixture("basic_worker.ts"),
+    label: "basic_worker.ts",
+    runtime: RUNTIME,
+    permissions: resolvePermissions(undefined, scratch),
+    sandbox: "auto",
+    env: {},
+    cwd: scratch,
+    config: undefined,
+    command: undefined,
+    launcher: [],
+    ...overrides,
+  };
+}
+
+describe("buildWorkerCommand()", () => {
+  test(
+    "buildWorkerCommand() wraps a Bun worker in bwrap with the real binary path and maps its exits",
+    {
+      skip: !BWRAP && "bubblewrap (bwrap) is not installed",
+    },
+    () => {
+      const command = buildWorkerCommand(input({ runtime: "bun" }), adapter);
+      assert.ok(command.wrappers.includes("bwrap"), command.wrappers.join());
+      const argv = command.spawn.argv;
+      assert.ok(argv.includes(BWRAP ?? ""), argv.join(" "));
+      assert.deepEqual(command.spawn.env, {}, "bwrap sets the worker's env");
+      const inner = argv.slice(argv.lastIndexOf("--") + 1);
+      const bun = inner[0] ?? "";
+      assert.equal(realpathSync(bun), bun, "the runtime binary is a real path");
+      assert.deepEqual(command.mapExit(137, null), {
+        code: null,
+        signal: "SIGKILL",
+      });
+      assert.deepEqual(command.mapExit(1, null), { code: 1, signal: null });
+    },
+  );
+
+  test("buildWorkerCommand() refuses a command program that does not exist, before spawning", () => {
+    for (
+      const program of [
+        "/usr/bin/python9",
+        join(scratch, "missing"),
+        "no-such-program-airlock",
+      ]
+    ) {
+      assert.throws(
+        () =>
+          buildWorkerCommand(
+            input({ moduleUrl: undefined, command: [program, "w.py"] }),
+            adapter,
+          ),
+        (error: unknown) =>
+          error instanceof WorkerStartError && error.failure === "spawn" &&
+          error.message.includes(program),
+        program,
+      );
+    }
+  });
+
+  test("buildWorkerCommand() refuses a script whose interpreter does not exist", () => {
+    const script = join(scratch, "worker.py");
+    writeFileSync(script, "#!/usr/bin/python9\nprint(1)\n");
+    chmodSync(script, 0o755);
+    assert.throws(
+      () =>
+        buildWorkerCommand(
+          input({ moduleUrl: undefined, command: [script] }),
+          adapter,
+        ),
+      (error: unknown) =>
+        error instanceof WorkerStartError && error.failure === "spawn" &&
+        error.message.includes("/usr/bin/python9"),
+    );
+  });
+
+  test("buildWorkerCommand() leaves a launcher's command to the far side", () => {
+    const command = buildWorkerCommand(
+      input({
+        moduleUrl: undefined,
+        command: ["/usr/bin/python9", "w.py"],
+        launcher: ["ssh", "far"],
+      }),
+      adapter,
+    );
+    assert.deepEqual(command.spawn.argv, [
+      "ssh",
+      "far",
+      "/usr/bin/python9",
+      "w.py",
+    ]);
+    assert.equal(command.local, false);
+    assert.equal(command.workerPid(process.pid), undefined);
+  });
+});
+
+describe("starting a worker that cannot run", () => {
+  test("session() with a command that does not exist fails with failure spawn at once", async () => {
+    const error = await session(fixture("basic_worker.ts"), {
+      command: ["/usr/bin/python9", "worker.py"],
+      maxRetries: 3,
+    }).then(() => undefined, (e: unknown) => e);
+    assert.ok(error instanceof WorkerStartError, String(error));
+    assert.equal(error.failure, "spawn");
+  });
+
+  test(
+    "oneShot() of the other runtime found through node_modules/.bin runs sandboxed",
+    {
+      skip: !BWRAP && "bubblewrap (bwrap) is not installed",
+    },
+    async () => {
+      const worker = oneShot<
+        typeof import("../fixtures/basic_worker.ts").default
+      >(fixture("basic_worker.ts"), { runtime: OTHER_RUNTIME, maxRetries: 0 });
+      assert.equal(await worker.add(2, 3), 5);
+    },
+  );
+});
