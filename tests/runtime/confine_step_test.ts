@@ -2,6 +2,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import {
+  existsSync,
   mkdirSync,
   mkdtempSync,
   realpathSync,
@@ -60,7 +61,11 @@ after(() => rmSync(root, { recursive: true, force: true }));
 function sh(
   script: string,
   permissions: Permissions | undefined,
-  options: { seccomp?: boolean } = {},
+  options: {
+    seccomp?: boolean;
+    env?: Record<string, string | null>;
+    cwd?: string;
+  } = {},
 ): { status: number | null; stdout: string; stderr: string } {
   const spec = confineSpec({
     landlockAbi: support.landlockAbi,
@@ -70,10 +75,11 @@ function sh(
     readOnly: [],
     cwd: granted,
     argv: ["sh", "-c", script],
+    env: options.env ?? {},
   });
   const argv = confinedArgv(runner, spec);
   const result = spawnSync(argv[0] as string, argv.slice(1), {
-    cwd: "/",
+    cwd: options.cwd ?? granted,
     env: ENV,
     encoding: "utf8",
     timeout: 60_000,
@@ -125,6 +131,36 @@ describe("confine step", { skip }, () => {
       undefined,
     );
     assert.equal(result.stdout, "parent-denied\ninit-denied\nself-ok\n");
+  });
+
+  test("confine step applies the spec's environment changes", () => {
+    const result = sh('echo "${MARKER-unset} $ADDED"', undefined, {
+      env: { MARKER: null, ADDED: "added" },
+    });
+    assert.equal(result.stdout, "unset added\n");
+  });
+
+  test("confine step reads no bunfig.toml or .env of the worker's directory", () => {
+    // A worker that can write its directory plants a preload: it must not
+    // run in the step, before confinement.
+    writeFileSync(join(granted, "bunfig.toml"), 'preload = ["./evil.ts"]\n');
+    writeFileSync(
+      join(granted, "evil.ts"),
+      `require("node:fs").writeFileSync(${
+        JSON.stringify(join(outside, "escaped.txt"))
+      }, "x");\n`,
+    );
+    writeFileSync(join(granted, ".env"), "MARKER=from-dotenv\n");
+    try {
+      const result = sh('echo "$MARKER"', { write: ["."] });
+      assert.equal(result.status, 0, result.stderr);
+      assert.equal(result.stdout, "kept\n");
+      assert.equal(existsSync(join(outside, "escaped.txt")), false);
+    } finally {
+      for (const name of ["bunfig.toml", "evil.ts", ".env"]) {
+        rmSync(join(granted, name), { force: true });
+      }
+    }
   });
 
   test("confine step without seccomp still applies Landlock", () => {

@@ -45,10 +45,10 @@ export function confineEntryUrl(): URL {
 /**
  * The command that runs the confine step with one argument. Deno runs it with
  * every permission (it is airlock's code, and it runs before the worker) and
- * no config file; Bun without loading `.env` files. The step must be spawned
- * with `/` as its working directory (so that no config file of the worker's
- * project applies to it) and the worker's environment: it changes to the
- * worker's directory itself and passes its environment on unchanged.
+ * no config file; Bun without `.env` files and without a `bunfig.toml` (a
+ * preload in the worker's directory would run in the step, unconfined).
+ * Spawn it with the worker's environment and working directory: it passes
+ * both on to the worker, with the spec's `env` changes.
  *
  * @param runner The runtime to run the step.
  * @param argument The encoded spec, or `--probe`.
@@ -82,7 +82,15 @@ export function confineStepArgv(
       argument,
     ];
   }
-  return [runner.binary, "--no-env-file", entry, argument];
+  // A bunfig.toml in the working directory could preload code into the
+  // step, before it confines anything: read no config file at all.
+  return [
+    runner.binary,
+    "--no-env-file",
+    "--config=/dev/null",
+    entry,
+    argument,
+  ];
 }
 
 /** What the kernel offers the confine step. */
@@ -181,6 +189,13 @@ export interface ConfineSpecOptions {
   cwd: string;
   /** The worker's command. */
   argv: readonly string[];
+  /**
+   * Changes from the step's environment to the worker's (see
+   * {@linkcode ConfineSpec} `env`).
+   *
+   * @default {{}}
+   */
+  env?: Readonly<Record<string, string | null>>;
 }
 
 /**
@@ -235,12 +250,13 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
       )
       : "",
     argv: [...options.argv],
+    env: { ...options.env },
   };
 }
 
 /**
  * The whole confined command: the step on `runner`, with the spec as its
- * argument. Spawn it with cwd `/` and the worker's environment.
+ * argument.
  *
  * @param runner The runtime to run the step.
  * @param spec The spec.

@@ -22,7 +22,7 @@ export const CONFINE_STDERR_PREFIX = "airlock confine:";
 export interface ConfineSpec {
   /** {@linkcode CONFINE_SPEC_VERSION}. */
   readonly v: number;
-  /** The directory to change to before exec (the step itself starts in `/`). */
+  /** The directory to change to before exec: the worker's working directory. */
   readonly cwd: string;
   /** The Landlock ruleset to apply, or `null` for none. */
   readonly landlock: LandlockRuleset | null;
@@ -30,6 +30,14 @@ export interface ConfineSpec {
   readonly seccomp: string;
   /** The command to exec; a program without a slash is looked up on the step's PATH. */
   readonly argv: readonly string[];
+  /**
+   * Changes from the step's environment to the worker's: a value replaces
+   * the variable, `null` removes it. The step itself may need variables the
+   * worker must not see or must see otherwise (Deno's `DENO_DIR`: the step
+   * reads its compiled code from the parent's cache, which a worker with a
+   * writable cache of its own could otherwise poison).
+   */
+  readonly env: Readonly<Record<string, string | null>>;
 }
 
 /**
@@ -54,7 +62,14 @@ export function encodeConfineSpec(spec: ConfineSpec): string {
  * import { decodeConfineSpec, encodeConfineSpec } from "./spec.ts";
  * import assert from "node:assert/strict";
  *
- * const spec = { v: 1, cwd: "/", landlock: null, seccomp: "", argv: ["/bin/true"] };
+ * const spec = {
+ *   v: 1,
+ *   cwd: "/",
+ *   landlock: null,
+ *   seccomp: "",
+ *   argv: ["/bin/true"],
+ *   env: { DENO_DIR: null },
+ * };
  * assert.deepEqual(decodeConfineSpec(encodeConfineSpec(spec)), spec);
  * assert.throws(() => decodeConfineSpec("{}"), TypeError);
  * ```
@@ -85,6 +100,14 @@ export function decodeConfineSpec(text: string): ConfineSpec {
   ) {
     fail("argv is not a non-empty list of strings");
   }
+  const env = spec.env;
+  if (
+    typeof env !== "object" || env === null || Array.isArray(env) ||
+    !Object.entries(env).every(([name, value]) =>
+      name !== "" && !name.includes("=") && !name.includes("\0") &&
+      (value === null || (typeof value === "string" && !value.includes("\0")))
+    )
+  ) fail("env is not a map of variable names to strings or null");
   const ruleset = spec.landlock;
   if (ruleset !== null) {
     if (typeof ruleset !== "object" || ruleset === undefined) {

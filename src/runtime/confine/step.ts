@@ -234,8 +234,17 @@ function cStringBytes(bytes: Uint8Array): Uint8Array {
   return out;
 }
 
-/** Splits `/proc/self/environ` into its NUL-terminated entries. */
-function environEntries(block: Uint8Array): Uint8Array[] {
+/**
+ * Splits `/proc/self/environ` into its NUL-terminated entries, with the
+ * spec's changes applied (replaced and removed variables).
+ */
+function environEntries(
+  block: Uint8Array,
+  changes: Readonly<Record<string, string | null>>,
+): Uint8Array[] {
+  const changed = Object.keys(changes).map((name) =>
+    encoder.encode(`${name}=`)
+  );
   const entries: Uint8Array[] = [];
   let start = 0;
   for (let index = 0; index < block.byteLength; index++) {
@@ -245,7 +254,15 @@ function environEntries(block: Uint8Array): Uint8Array[] {
     }
   }
   if (start < block.byteLength) entries.push(cStringBytes(block.slice(start)));
-  return entries;
+  const kept = entries.filter((entry) =>
+    !changed.some((prefix) =>
+      prefix.every((byte, index) => entry[index] === byte)
+    )
+  );
+  for (const [name, value] of Object.entries(changes)) {
+    if (value !== null) kept.push(cString(`${name}=${value}`));
+  }
+  return kept;
 }
 
 /**
@@ -426,7 +443,7 @@ function confineAndExec(libc: Libc, spec: ConfineSpec): never {
   const argv = pointerArray(libc, spec.argv.map(cString));
   const envp = pointerArray(
     libc,
-    environEntries(libc.readFile("/proc/self/environ")),
+    environEntries(libc.readFile("/proc/self/environ"), spec.env),
   );
   const file = cString(spec.argv[0] ?? "");
   const program = spec.seccomp === "" ? undefined : decodeBase64(spec.seccomp);
