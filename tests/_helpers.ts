@@ -1,13 +1,26 @@
 /**
- * Shared test helpers: fixture URLs, quiet log sinks, deadlines, runtime-only
- * tests, and the check that no process a test spawned outlives its file.
+ * Shared test helpers: fixture URLs, quiet log sinks, deadlines, typed
+ * rejections, scratch directories, runtime-only tests, tests that need a
+ * system tool, and the check that no process a test spawned outlives its file.
  *
  * @module
  */
 
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import {
+  accessSync,
+  constants as fsConstants,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, isAbsolute, join } from "node:path";
+import { inspect } from "node:util";
 import process from "node:process";
 import type { LogSource } from "../mod.ts";
 
@@ -177,4 +190,266 @@ export function testOn(
 ): void {
   if (RUNTIME === runtime) test(name, fn);
   else test(`${name} (${runtime} only)`, { skip: true }, () => {});
+}
+
+// deno-lint-ignore no-explicit-any
+type ErrorClass<E extends Error> = abstract new (...args: any[]) => E;
+
+/**
+ * Awaits a promise that must reject with an instance of `errorClass`, and
+ * returns that error so the test can assert its fields.
+ *
+ * @param promise The promise, or a function returning one (a synchronous
+ * throw of the function counts as a rejection).
+ * @param errorClass The class the error must be an instance of.
+ * @returns The error.
+ * @throws {assert.AssertionError} when the promise resolves, or rejects with
+ * something else (the actual error is the assertion's `actual` and `cause`).
+ *
+ * @example
+ * ```ts ignore
+ * const error = await rejection(s.call("boom", []), RemoteError);
+ * assert.equal(error.remoteName, "TypeError");
+ * ```
+ */
+export async function rejection<E extends Error>(
+  promise: Promise<unknown> | (() => unknown),
+  errorClass: ErrorClass<E>,
+): Promise<E> {
+  let value: unknown;
+  try {
+    value = await (typeof promise === "function" ? promise() : promise);
+  } catch (error: unknown) {
+    if (error instanceof errorClass) return error;
+    const failure = new assert.AssertionError({
+      message: `Expected a rejection with ${errorClass.name}, got ${
+        inspect(error, { depth: 2 })
+      }`,
+      actual: error,
+      expected: errorClass,
+      operator: "instanceof",
+    });
+    failure.cause = error;
+    throw failure;
+  }
+  throw new assert.AssertionError({
+    message:
+      `Expected a rejection with ${errorClass.name}, but it resolved with ${
+        inspect(value, { depth: 2 })
+      }`,
+    actual: value,
+    expected: errorClass,
+    operator: "rejects",
+  });
+}
+
+/** A temporary directory that is removed when disposed. */
+export interface ScratchDir {
+  /** Its absolute path. */
+  readonly path: string;
+  /**
+   * A path inside it.
+   *
+   * @param parts Path segments below the directory.
+   * @returns The joined absolute path.
+   */
+  join(...parts: string[]): string;
+  /** Removes it and everything in it (idempotent). */
+  [Symbol.dispose](): void;
+}
+
+/**
+ * A fresh temporary directory for one test, removed with everything in it
+ * when the test's `using` scope ends.
+ *
+ * @param name A short name for the directory (it shows in its path).
+ * @returns The directory.
+ *
+ * @example
+ * ```ts ignore
+ * test("writes a file", () => {
+ *   using dir = scratchDir("writes");
+ *   writeFileSync(dir.join("a.txt"), "x");
+ * });
+ * ```
+ */
+export function scratchDir(name = "test"): ScratchDir {
+  const path = mkdtempSync(join(tmpdir(), `airlock-${name}-`));
+  return {
+    path,
+    join: (...parts: string[]) => join(path, ...parts),
+    [Symbol.dispose]() {
+      rmSync(path, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A system tool that some tests need and a fresh machine may lack. */
+export type Tool = "bwrap" | "setpriv" | "sshd" | "cc" | "python3";
+
+/** What each tool is and how to install it (Debian package names). */
+const TOOLS: Record<Tool, { what: string; install: string }> = {
+  bwrap: {
+    what: 'bubblewrap ("bwrap", the OS sandbox)',
+    install: "apt-get install bubblewrap",
+  },
+  setpriv: {
+    what: '"setpriv" (kills workers with their parent)',
+    install: "apt-get install util-linux",
+  },
+  sshd: {
+    what: "an OpenSSH server (sshd, for the launcher tests)",
+    install: "apt-get install openssh-server",
+  },
+  cc: {
+    what: 'a C compiler ("cc")',
+    install: "apt-get install gcc",
+  },
+  python3: {
+    what: "Python 3.9 or newer (python3, or $AIRLOCK_PYTHON)",
+    install: "apt-get install python3",
+  },
+};
+
+/**
+ * The environment variable that turns a missing tool from a skip into a
+ * failure. `.ci/run` sets it, so CI proves everything.
+ */
+export const REQUIRE_TOOLS_ENV = "AIRLOCK_REQUIRE_TOOLS";
+
+function onPath(name: string): boolean {
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    if (!dir || !isAbsolute(dir)) continue;
+    try {
+      accessSync(join(dir, name), fsConstants.X_OK);
+      if (statSync(join(dir, name)).isFile()) return true;
+    } catch {
+      // Not here.
+    }
+  }
+  return false;
+}
+
+function probe(tool: Tool): boolean {
+  switch (tool) {
+    case "python3":
+      try {
+        execFileSync(process.env.AIRLOCK_PYTHON || "python3", [
+          "-c",
+          "import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)",
+        ], { stdio: "ignore", timeout: 30_000 });
+        return true;
+      } catch {
+        return false;
+      }
+    case "sshd":
+      return onPath("sshd") || isExecutable("/usr/sbin/sshd");
+    // Workers find bubblewrap and setpriv on PATH, as this does.
+    default:
+      return onPath(tool);
+  }
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, fsConstants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const found = new Map<Tool, boolean>();
+
+/**
+ * Whether a system tool is here (looked up once per process).
+ *
+ * @param tool The tool.
+ * @returns Whether tests that need it can run.
+ */
+export function hasTool(tool: Tool): boolean {
+  let here = found.get(tool);
+  if (here === undefined) {
+    here = probe(tool);
+    found.set(tool, here);
+  }
+  return here;
+}
+
+/** Options for `test()` and `describe()`: a skip with its reason, or none. */
+export interface SkipOptions {
+  /** Why it is skipped. */
+  skip?: string;
+}
+
+const announced = new Set<string>();
+
+/**
+ * Test options that skip a test or a `describe` block, with the reason
+ * printed on stderr once, when `reason` is given. With
+ * `AIRLOCK_REQUIRE_TOOLS=1` (set by `.ci/run`) the block is skipped all the
+ * same but a failing test naming the reason is registered in its place (once
+ * per reason), so CI cannot pass without the tool.
+ *
+ * Call it where tests are registered (top level or a describe body), never
+ * inside a running test.
+ *
+ * @param reason Why the tests cannot run here, naming the missing tool and
+ * how to install it; `undefined` when they can.
+ * @returns Options to pass to `test()` or `describe()`.
+ */
+export function skipUnless(reason: string | undefined): SkipOptions {
+  if (reason === undefined) return {};
+  if (!announced.has(reason)) {
+    announced.add(reason);
+    if (process.env[REQUIRE_TOOLS_ENV] === "1") {
+      test(`required: ${reason}`, () => {
+        throw new Error(
+          `A required tool is missing (${REQUIRE_TOOLS_ENV}=1): ${reason}`,
+        );
+      });
+    } else {
+      process.stderr.write(`skipping tests: ${reason}\n`);
+    }
+  }
+  return { skip: reason };
+}
+
+/**
+ * Test options that skip a test or `describe` block when one of the system
+ * tools it needs is missing, printing which and how to install it (see
+ * {@linkcode skipUnless}: with `AIRLOCK_REQUIRE_TOOLS=1` a missing tool
+ * fails instead).
+ *
+ * @param tools The tools the tests need.
+ * @returns Options to pass to `test()` or `describe()`.
+ *
+ * @example
+ * ```ts ignore
+ * describe("sandbox: os", needs("bwrap"), () => { ... });
+ * test("Python worker", needs("python3"), async () => { ... });
+ * ```
+ */
+export function needs(...tools: Tool[]): SkipOptions {
+  const missing = tools.filter((tool) => !hasTool(tool));
+  if (missing.length === 0) return {};
+  return skipUnless(
+    missing.map((tool) =>
+      `${TOOLS[tool].what} is not installed (install it with "${
+        TOOLS[tool].install
+      }")`
+    ).join("; "),
+  );
+}
+
+/**
+ * Test options for tests that start workers on `runtime` with airlock's
+ * default permissions: a Bun worker runs in the OS sandbox (Bun has no
+ * permission model), so it needs bubblewrap; a Deno worker needs nothing.
+ *
+ * @param runtime The workers' runtime (default: the one running the tests).
+ * @returns Options to pass to `test()` or `describe()`.
+ */
+export function needsWorkers(runtime: "deno" | "bun" = RUNTIME): SkipOptions {
+  return runtime === "bun" ? needs("bwrap") : {};
 }

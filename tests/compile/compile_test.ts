@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks } from "../_helpers.ts";
+import { checkNoLeaks, needs } from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -145,7 +145,7 @@ function checkReport(result: Report): void {
   );
 }
 
-describe("bun build --compile", () => {
+describe("bun build --compile", needs("bwrap"), () => {
   test("a compiled program's workers are the executable itself, sandboxed", async () => {
     const binary = await compile("./main.ts", "app");
     const result = report(await run([binary, secret], baseEnv(), 20_000));
@@ -179,15 +179,19 @@ describe("AIRLOCK_SELF_EXEC=1 without compiling", () => {
     assert.equal(result.refused?.name, "NotCapable");
   });
 
-  test("bun: the program's entry runs again as the worker", async () => {
-    const result = report(
-      await run(
-        [tool("bun"), "./main.ts", secret],
-        baseEnv({ AIRLOCK_SELF_EXEC: "1" }),
-        20_000,
-      ),
-    );
-    checkReport(result);
-    assert.equal(result.refused?.code, "ENOENT");
-  });
+  test(
+    "bun: the program's entry runs again as the worker",
+    needs("bwrap"),
+    async () => {
+      const result = report(
+        await run(
+          [tool("bun"), "./main.ts", secret],
+          baseEnv({ AIRLOCK_SELF_EXEC: "1" }),
+          20_000,
+        ),
+      );
+      checkReport(result);
+      assert.equal(result.refused?.code, "ENOENT");
+    },
+  );
 });

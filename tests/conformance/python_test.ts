@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { oneShot, RemoteError, session, WorkerStartError } from "../../mod.ts";
-import { captureLog, checkNoLeaks, until } from "../_helpers.ts";
+import { captureLog, checkNoLeaks, needs, until } from "../_helpers.ts";
 import { findPython, PYTHON_ENTRY, pythonFixture } from "./_python.ts";
 import { conformance } from "./conformance.ts";
 
@@ -23,7 +23,7 @@ conformance({
     PYTHON_ENTRY,
     pythonFixture("conformance_worker.py"),
   ],
-  skip: python.skip,
+  skip: needs("python3").skip ?? python.skip,
 });
 
 function atLeast(major: number, minor: number): boolean {
@@ -31,7 +31,7 @@ function atLeast(major: number, minor: number): boolean {
   return a > major || (a === major && b >= minor);
 }
 
-const skip = python.skip;
+const skip = needs("python3").skip ?? python.skip;
 const interpreter = python.path ?? "python3";
 const quiet = { onStderr: () => {} };
 

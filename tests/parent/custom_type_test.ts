@@ -3,11 +3,16 @@ import assert from "node:assert/strict";
 import { registerType, session } from "../../mod.ts";
 import { Money } from "../fixtures/money.ts";
 import type money from "../fixtures/money_worker.ts";
-import { captureLog, checkNoLeaks, fixture } from "../_helpers.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  fixture,
+  needsWorkers,
+} from "../_helpers.ts";
 
 checkNoLeaks();
 
-describe("registerType()", () => {
+describe("registerType()", needsWorkers(), () => {
   test("registerType() lets instances of a class cross both ways, prototype included", async () => {
     await using s = await session<typeof money>(
       fixture("money_worker.ts"),

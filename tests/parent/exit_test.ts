@@ -2,7 +2,14 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import process from "node:process";
-import { checkNoLeaks, fixture, isAlive, RUNTIME, until } from "../_helpers.ts";
+import {
+  checkNoLeaks,
+  fixture,
+  isAlive,
+  needsWorkers,
+  RUNTIME,
+  until,
+} from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -29,7 +36,7 @@ function runParent(args: string[]): Promise<{ pids: number[]; code: number }> {
   });
 }
 
-describe("parent exit", () => {
+describe("parent exit", needsWorkers(), () => {
   test("process.exit() in the parent reaps every live worker", async () => {
     const { pids, code } = await runParent(["--exit"]);
     assert.equal(code, 0);

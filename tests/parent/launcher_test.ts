@@ -20,7 +20,9 @@ import {
   checkNoLeaks,
   isAlive,
   liveChildren,
+  needs,
   RUNTIME,
+  skipUnless,
   until,
   within,
 } from "../_helpers.ts";
@@ -65,10 +67,7 @@ function sshSetup(): SshSetup {
 
 const ssh = sshSetup();
 const python = findPython();
-const skip = ssh.skip ?? python.skip;
-if (skip !== undefined) {
-  process.stderr.write(`launcher_test: skipping the ssh tests: ${skip}\n`);
-}
+const skip = needs("sshd", "python3").skip ?? skipUnless(ssh.skip).skip;
 const launcher = ssh.launcher ?? [];
 
 function sshTest(name: string, fn: () => Promise<void>): void {

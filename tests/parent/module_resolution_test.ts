@@ -7,6 +7,7 @@ import {
   captureLog,
   checkNoLeaks,
   fixture,
+  needsWorkers,
   OTHER_RUNTIME,
   RUNTIME,
   testOn,
@@ -18,14 +19,18 @@ const projectWorker = fixture("project/workers/project_worker.ts");
 
 describe("module resolution", () => {
   for (const runtime of [RUNTIME, OTHER_RUNTIME]) {
-    test(`session() on ${runtime} resolves the project's npm package and subpath imports, from any cwd`, async () => {
-      await using s = await session<typeof project>(projectWorker, {
-        ...captureLog(),
-        runtime,
-        cwd: tmpdir(),
-      });
-      assert.equal(await s.shout("hi"), "HI! (from #lib)");
-    });
+    test(
+      `session() on ${runtime} resolves the project's npm package and subpath imports, from any cwd`,
+      needsWorkers(runtime),
+      async () => {
+        await using s = await session<typeof project>(projectWorker, {
+          ...captureLog(),
+          runtime,
+          cwd: tmpdir(),
+        });
+        assert.equal(await s.shout("hi"), "HI! (from #lib)");
+      },
+    );
   }
 
   testOn(

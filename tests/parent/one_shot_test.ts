@@ -18,13 +18,14 @@ import {
   fixture,
   isAlive,
   liveChildren,
+  needsWorkers,
 } from "../_helpers.ts";
 
 checkNoLeaks();
 
 const worker = fixture("behaviour_worker.ts");
 
-describe("oneShot()", () => {
+describe("oneShot()", needsWorkers(), () => {
   test("oneShot() runs each call in a fresh process that is gone when the call settles", async () => {
     const run = oneShot<typeof behaviour>(worker, captureLog());
     assert.equal(liveChildren().length, 0, "nothing spawned before a call");

@@ -4,20 +4,20 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import process from "node:process";
 import { PermissionError, RemoteError, session } from "../../mod.ts";
 import type permissions from "../fixtures/permissions_worker.ts";
-import { findExecutable } from "../../src/runtime/launch/executable.ts";
-import { captureLog, checkNoLeaks, fixture, RUNTIME } from "../_helpers.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  fixture,
+  needs,
+  needsWorkers,
+  RUNTIME,
+} from "../_helpers.ts";
 
 checkNoLeaks();
 
 const worker = fixture("permissions_worker.ts");
-const bwrap = process.platform === "linux"
-  ? findExecutable("bwrap", { path: process.env.PATH }, (detail) => {
-    throw new Error(detail);
-  })
-  : undefined;
 const root = mkdtempSync(join(tmpdir(), "airlock-perm-"));
 const dirA = join(root, "A");
 const dirB = join(root, "B");
@@ -53,47 +53,47 @@ function assertDenied(error: unknown, what: string): void {
   );
 }
 
-const skipSandbox = bwrap ? false : "bubblewrap (bwrap) is not installed";
-
 describe("permissions", () => {
-  test("a worker scoped to A reads and writes A, and nothing else", {
-    skip: RUNTIME === "bun" ? skipSandbox : false,
-  }, async () => {
-    await using s = await session<typeof permissions>(worker, {
-      ...captureLog(),
-      permissions: { read: [dirA], write: [dirA] },
-      env: { GIVEN: "yes", HIDDEN_FROM_DENO: "x" },
-    });
-    assert.equal(await s.read(join(dirA, "a.txt")), "inside");
-    assert.deepEqual(await s.list(dirA), ["a.txt"]);
-    assert.equal(await s.write(join(dirA, "new.txt"), "x"), "written");
-    assertDenied(await s.read(join(dirB, "b.txt")).catch((e) => e), "read B");
-    assertDenied(await s.list(dirB).catch((e) => e), "list B");
-    assertDenied(
-      await s.write(join(dirB, "new.txt"), "x").catch((e) => e),
-      "write B",
-    );
-    assertDenied(await s.connect(port).catch((e) => e), "connect");
-    assertDenied(await s.run("/bin/sh").catch((e) => e), "run");
-  });
+  test(
+    "a worker scoped to A reads and writes A, and nothing else",
+    needsWorkers(),
+    async () => {
+      await using s = await session<typeof permissions>(worker, {
+        ...captureLog(),
+        permissions: { read: [dirA], write: [dirA] },
+        env: { GIVEN: "yes", HIDDEN_FROM_DENO: "x" },
+      });
+      assert.equal(await s.read(join(dirA, "a.txt")), "inside");
+      assert.deepEqual(await s.list(dirA), ["a.txt"]);
+      assert.equal(await s.write(join(dirA, "new.txt"), "x"), "written");
+      assertDenied(await s.read(join(dirB, "b.txt")).catch((e) => e), "read B");
+      assertDenied(await s.list(dirB).catch((e) => e), "list B");
+      assertDenied(
+        await s.write(join(dirB, "new.txt"), "x").catch((e) => e),
+        "write B",
+      );
+      assertDenied(await s.connect(port).catch((e) => e), "connect");
+      assertDenied(await s.run("/bin/sh").catch((e) => e), "run");
+    },
+  );
 
-  test("a worker sees only the environment variables it is given and granted", {
-    skip: RUNTIME === "bun" ? skipSandbox : false,
-  }, async () => {
-    await using s = await session<typeof permissions>(worker, {
-      ...captureLog(),
-      permissions: { env: ["GIVEN"] },
-      env: { GIVEN: "yes" },
-    });
-    assert.equal(await s.env("GIVEN"), "yes");
-    const home = await s.env("HOME").catch((e) => e);
-    if (RUNTIME === "deno") assertDenied(home, "env HOME");
-    else assert.equal(home, undefined);
-  });
+  test(
+    "a worker sees only the environment variables it is given and granted",
+    needsWorkers(),
+    async () => {
+      await using s = await session<typeof permissions>(worker, {
+        ...captureLog(),
+        permissions: { env: ["GIVEN"] },
+        env: { GIVEN: "yes" },
+      });
+      assert.equal(await s.env("GIVEN"), "yes");
+      const home = await s.env("HOME").catch((e) => e);
+      if (RUNTIME === "deno") assertDenied(home, "env HOME");
+      else assert.equal(home, undefined);
+    },
+  );
 
-  test("what is granted works: net, run, env", {
-    skip: RUNTIME === "bun" ? skipSandbox : false,
-  }, async () => {
+  test("what is granted works: net, run, env", needsWorkers(), async () => {
     await using s = await session<typeof permissions>(worker, {
       ...captureLog(),
       permissions: { net: true, run: true, env: true },
@@ -107,9 +107,7 @@ describe("permissions", () => {
 
   test(
     "the OS sandbox confines native code: FFI open(2) outside A fails, inside works",
-    {
-      skip: skipSandbox,
-    },
+    needs("bwrap"),
     async () => {
       await using s = await session<typeof permissions>(worker, {
         ...captureLog(),

@@ -14,6 +14,7 @@ import {
   checkNoLeaks,
   fixture,
   isAlive,
+  needsWorkers,
   until,
   within,
 } from "../_helpers.ts";
@@ -22,7 +23,7 @@ checkNoLeaks();
 
 const worker = fixture("behaviour_worker.ts");
 
-describe("pool() dispatch", () => {
+describe("pool() dispatch", needsWorkers(), () => {
   test("pool() of max 2 given 8 slow calls never runs more than 2 workers", async () => {
     await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 2 });
     let most = 0;
@@ -123,7 +124,7 @@ describe("pool() dispatch", () => {
   });
 });
 
-describe("pool() limits and failures", () => {
+describe("pool() limits and failures", needsWorkers(), () => {
   test("pool() rejects at once with PoolBusyError past maxQueue", async () => {
     await using p = pool<typeof behaviour>(worker, {
       ...captureLog(),
@@ -191,7 +192,7 @@ describe("pool() limits and failures", () => {
   });
 });
 
-describe("pool() cancellation and close", () => {
+describe("pool() cancellation and close", needsWorkers(), () => {
   test("pool() aborting a queued call removes it without touching any worker", async () => {
     await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 1 });
     const pid = await p.whoami();

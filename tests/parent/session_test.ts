@@ -20,6 +20,7 @@ import {
   fixture,
   isAlive,
   liveChildren,
+  needsWorkers,
   OTHER_RUNTIME,
   until,
   within,
@@ -41,7 +42,7 @@ function lines(path: string): string[] {
   }
 }
 
-describe("session() calls", () => {
+describe("session() calls", needsWorkers(), () => {
   test("session() resolves ready with a pid and serves typed calls", async () => {
     await using s = await session<typeof behaviour>(worker, captureLog());
     assert.equal(typeof s.pid, "number");
@@ -134,7 +135,7 @@ describe("session() calls", () => {
   });
 });
 
-describe("session() crashes", () => {
+describe("session() crashes", needsWorkers(), () => {
   test("session() a crash with 8 calls pending fails all 8, then the next call runs on a new worker", async () => {
     const log = captureLog();
     await using s = await session<typeof behaviour>(worker, log);
@@ -205,7 +206,7 @@ describe("session() crashes", () => {
   });
 });
 
-describe("session() timeouts and cancellation", () => {
+describe("session() timeouts and cancellation", needsWorkers(), () => {
   test("session() one timeout keeps the worker, two in a row replace it", async () => {
     await using s = await session<typeof behaviour>(worker, {
       ...captureLog(),
@@ -317,7 +318,7 @@ describe("session() timeouts and cancellation", () => {
   });
 });
 
-describe("session() restart and close", () => {
+describe("session() restart and close", needsWorkers(), () => {
   test("session() restart() gives a new pid after calls in flight finish", async () => {
     await using s = await session<typeof behaviour>(worker, {
       ...captureLog(),
@@ -385,7 +386,7 @@ describe("session() restart and close", () => {
   });
 });
 
-describe("session() start failures", () => {
+describe("session() start failures", needsWorkers(), () => {
   test("session() reports a module that throws during import with its message and stack", async () => {
     const started = Date.now();
     const error = await session(fixture("import_throws_worker.ts"), {
@@ -486,7 +487,7 @@ describe("session() start failures", () => {
   });
 });
 
-describe("session() environment and output", () => {
+describe("session() environment and output", needsWorkers(), () => {
   test("session() does not inherit the parent's environment; env and inheritEnv set it", async () => {
     await using s = await session<typeof behaviour>(worker, {
       ...captureLog(),
@@ -528,11 +529,15 @@ describe("session() environment and output", () => {
     );
   });
 
-  test(`session() runs a worker on the other runtime (${OTHER_RUNTIME})`, async () => {
-    await using s = await session<typeof behaviour>(worker, {
-      ...captureLog(),
-      runtime: OTHER_RUNTIME,
-    });
-    assert.equal(await s.add(20, 22), 42);
-  });
+  test(
+    `session() runs a worker on the other runtime (${OTHER_RUNTIME})`,
+    needsWorkers(OTHER_RUNTIME),
+    async () => {
+      await using s = await session<typeof behaviour>(worker, {
+        ...captureLog(),
+        runtime: OTHER_RUNTIME,
+      });
+      assert.equal(await s.add(20, 22), 42);
+    },
+  );
 });

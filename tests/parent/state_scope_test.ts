@@ -6,7 +6,13 @@ import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { pool, session, stateScope } from "../../mod.ts";
 import type sqlite from "../fixtures/sqlite_worker.ts";
-import { captureLog, checkNoLeaks, fixture, until } from "../_helpers.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  fixture,
+  needsWorkers,
+  until,
+} from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -36,7 +42,7 @@ function options(root: string, db: string, watch: string) {
   };
 }
 
-describe("watch", () => {
+describe("watch", needsWorkers(), () => {
   test("session() with watch sees a wiped and recreated directory on the very next call", async () => {
     const { root, data, db } = scratch();
     try {
@@ -133,7 +139,7 @@ describe("watch", () => {
   });
 });
 
-describe("invalidate and scopes", () => {
+describe("invalidate and scopes", needsWorkers(), () => {
   test("session() invalidate() after an in-place schema change gives a new pid on the next call", async () => {
     const { root, data, db } = scratch();
     try {

@@ -10,7 +10,12 @@ import {
   session,
   type WorkerOptions,
 } from "../../mod.ts";
-import { captureLog, checkNoLeaks, liveChildren } from "../_helpers.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  liveChildren,
+  needsWorkers,
+} from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -108,7 +113,7 @@ async function refusal(run: () => unknown): Promise<unknown> {
   assert.fail("expected a refusal");
 }
 
-describe("bad input", () => {
+describe("bad input", needsWorkers(), () => {
   test("session(), pool() and oneShot() refuse each invalid option with TypeError or RangeError naming it and its value, before any process starts", async () => {
     const before = liveChildren().length;
     for (const item of COMMON) {

@@ -9,7 +9,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { pool, session, WorkerCrashedError } from "../../mod.ts";
-import { captureLog, checkNoLeaks, RUNTIME, within } from "../_helpers.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  needsWorkers,
+  RUNTIME,
+  within,
+} from "../_helpers.ts";
 import {
   accounting,
   type ChaosOptions,
@@ -50,7 +56,7 @@ function workerOptions(dir: string) {
   };
 }
 
-describe("retries of idempotent ops", () => {
+describe("retries of idempotent ops", needsWorkers(), () => {
   test("session() and pool() retry a call lost in a crash when the worker declares its op idempotent, and only then", async () => {
     const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
     try {
@@ -79,7 +85,7 @@ describe("retries of idempotent ops", () => {
   });
 });
 
-describe("chaos", () => {
+describe("chaos", needsWorkers(), () => {
   test(`session() under ${CALLS} calls, 12 in flight, restarts and workers killed from inside and outside, balances its books`, async () => {
     const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
     try {

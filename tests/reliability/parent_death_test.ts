@@ -6,7 +6,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
-import { checkNoLeaks, isAlive, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks, isAlive, needs, RUNTIME } from "../_helpers.ts";
 import {
   type OrphanParent,
   type OrphanTrial,
@@ -69,40 +69,51 @@ async function trials(
 }
 
 describe("parent death", () => {
-  test(`a ${RUNTIME} parent SIGKILLed with spinning workers leaves no process behind within 2 s (${TRIALS} trials, with setpriv and bubblewrap), even with workers idle for 11 s or spawned late`, async () => {
-    let idle: OrphanParent | undefined = await startOrphanParent("late");
-    try {
-      const done = await trials("default", TRIALS);
-      console.log(`parent death on ${RUNTIME} (default): ${summary(done)}`);
-      for (const trial of done) checkTrial(trial);
+  test(
+    `a ${RUNTIME} parent SIGKILLed with spinning workers leaves no process behind within 2 s (${TRIALS} trials, with setpriv and bubblewrap), even with workers idle for 11 s or spawned late`,
+    needs("bwrap", "setpriv"),
+    async () => {
+      let idle: OrphanParent | undefined = await startOrphanParent("late");
+      try {
+        const done = await trials("default", TRIALS);
+        console.log(`parent death on ${RUNTIME} (default): ${summary(done)}`);
+        for (const trial of done) checkTrial(trial);
 
-      const wait = IDLE_MS - (Date.now() - idle.startedAt);
-      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-      const workers = Object.values(idle.report.workers);
-      assert.ok(idle.report.workers.late !== undefined);
-      for (const pid of workers) {
-        assert.ok(isAlive(pid), `worker ${pid} still runs after ${IDLE_MS} ms`);
+        const wait = IDLE_MS - (Date.now() - idle.startedAt);
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        const workers = Object.values(idle.report.workers);
+        assert.ok(idle.report.workers.late !== undefined);
+        for (const pid of workers) {
+          assert.ok(
+            isAlive(pid),
+            `worker ${pid} still runs after ${IDLE_MS} ms`,
+          );
+        }
+        const trial = await idle.kill(DEADLINE_MS);
+        idle = undefined;
+        console.log(
+          `parent death on ${RUNTIME} (after ${trial.ageMs} ms, one worker spawned late): gone after ${trial.goneAfterMs} ms`,
+        );
+        checkTrial(trial);
+      } finally {
+        await idle?.kill(0);
       }
-      const trial = await idle.kill(DEADLINE_MS);
-      idle = undefined;
-      console.log(
-        `parent death on ${RUNTIME} (after ${trial.ageMs} ms, one worker spawned late): gone after ${trial.goneAfterMs} ms`,
-      );
-      checkTrial(trial);
-    } finally {
-      await idle?.kill(0);
-    }
-  });
+    },
+  );
 
-  test(`a ${RUNTIME} parent without setpriv or sandbox: the worker-side watchdog (and bubblewrap's --die-with-parent alone) end the workers within 2 s`, async () => {
-    const count = Math.max(1, Math.ceil(TRIALS / 2));
-    const done = await trials("fallback", count, {
-      AIRLOCK_NO_PDEATHSIG: "1",
-    });
-    console.log(`parent death on ${RUNTIME} (fallback): ${summary(done)}`);
-    for (const trial of done) {
-      checkTrial(trial);
-      assert.ok(trial.report.workers.bwrapOnly !== undefined);
-    }
-  });
+  test(
+    `a ${RUNTIME} parent without setpriv or sandbox: the worker-side watchdog (and bubblewrap's --die-with-parent alone) end the workers within 2 s`,
+    needs("bwrap"),
+    async () => {
+      const count = Math.max(1, Math.ceil(TRIALS / 2));
+      const done = await trials("fallback", count, {
+        AIRLOCK_NO_PDEATHSIG: "1",
+      });
+      console.log(`parent death on ${RUNTIME} (fallback): ${summary(done)}`);
+      for (const trial of done) {
+        checkTrial(trial);
+        assert.ok(trial.report.workers.bwrapOnly !== undefined);
+      }
+    },
+  );
 });

@@ -18,6 +18,7 @@ import {
   captureLog,
   checkNoLeaks,
   isAlive,
+  needsWorkers,
   RUNTIME,
   until,
 } from "../_helpers.ts";
@@ -57,7 +58,7 @@ function assertProtocolCrash(error: unknown, pattern: RegExp): void {
   assert.match(error.reason ?? "", /broke the protocol/);
 }
 
-describe("rogue workers", () => {
+describe("rogue workers", needsWorkers(), () => {
   test("session() a worker claiming a frame of 0xFFFFFFFF bytes fails the call with a ProtocolError-caused crash, without allocating it", async () => {
     await using s = await session(rogue, captureLog());
     const before = rss();
