@@ -20,7 +20,7 @@ import {
   LIBRARY_PATHS,
   NETWORK_PATHS,
   PROGRAM_PATHS,
-} from "../../src/runtime/sandbox.ts";
+} from "../../src/runtime/launch/bwrap.ts";
 
 function build(permissions: Permissions | undefined, abi = 7): LandlockRuleset {
   return landlockRuleset({

@@ -20,7 +20,11 @@
 import { isAbsolute, posix } from "node:path";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { isGranted } from "../permissions.ts";
-import { LIBRARY_PATHS, NETWORK_PATHS, PROGRAM_PATHS } from "../sandbox.ts";
+import {
+  LIBRARY_PATHS,
+  NETWORK_PATHS,
+  PROGRAM_PATHS,
+} from "../launch/bwrap.ts";
 
 /** Landlock's file-system access rights (`LANDLOCK_ACCESS_FS_*`), with the ABI that introduced each. */
 export const LANDLOCK_ACCESS_FS = {
