@@ -8,7 +8,6 @@
 
 import {
   ProtocolError,
-  type RemoteError,
   WorkerStartError,
   WorkerTimeoutError,
 } from "../errors.ts";
@@ -17,7 +16,9 @@ import {
   CONTROL_ID,
   decodeMessage,
   encodeMessage,
+  type ErrorMessage,
   type HelloMessage,
+  type ResultMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
 import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
@@ -33,7 +34,7 @@ import {
   type Truncation,
 } from "./_exit.ts";
 import { LineSplitter, type LogSink, OutputTail } from "./_log.ts";
-import { toRemoteError } from "./_remote_error.ts";
+import { describeValue, toRemoteError } from "./_remote_error.ts";
 
 export { crashError } from "./_exit.ts";
 export type { ConnectionExit } from "./_exit.ts";
@@ -485,11 +486,14 @@ export class Connection {
           return;
         }
         this.#pending.delete(message.id);
-        this.#deadlines.delete(message.id);
-        this.#consecutiveTimeouts = 0;
-        this.#syncRef();
-        if (message.type === "result") call.resolve(message.value);
-        else call.reject(this.#remoteError(call.op, message.error));
+        try {
+          this.#deadlines.delete(message.id);
+          this.#consecutiveTimeouts = 0;
+          this.#syncRef();
+        } finally {
+          // Out of the pending map, the call settles here or never.
+          this.#answer(call, message);
+        }
         return;
       }
       case "shutdown-ack":
@@ -506,8 +510,34 @@ export class Connection {
     }
   }
 
-  #remoteError(op: string, value: unknown): RemoteError {
-    return toRemoteError(value, { module: this.module, op, pid: this.pid });
+  /**
+   * Settles a call with its answer. Total: whatever the worker sent, the
+   * call settles (a hostile error value becomes a `RemoteError` saying so,
+   * and should even that fail, a `ProtocolError`).
+   */
+  #answer(call: CallRecord, message: ResultMessage | ErrorMessage): void {
+    try {
+      if (message.type === "result") {
+        call.resolve(message.value);
+      } else {
+        call.reject(
+          toRemoteError(message.error, {
+            module: this.module,
+            op: call.op,
+            pid: this.pid,
+          }),
+        );
+      }
+    } catch (error: unknown) {
+      call.reject(
+        new ProtocolError(
+          `Cannot settle call "${call.op}" (id ${call.id}) with the answer of the worker: ${
+            describeValue(error)
+          }`,
+          { module: this.module, cause: error },
+        ),
+      );
+    }
   }
 
   async #watchExit(

@@ -133,6 +133,19 @@ export async function serve(
         // The value cannot cross: answer with the TypeError naming where.
         return send({ type: "error", id: message.id, error });
       }
+      if (message.type === "error") {
+        // The thrown value cannot cross (a getter that throws…): the call
+        // still gets an answer, one that always encodes.
+        return send({
+          type: "error",
+          id: message.id,
+          error: new TypeError(
+            `Cannot send the value the handler threw to the parent: ${
+              reason(error)
+            }`,
+          ),
+        });
+      }
       throw error;
     }
     return stdio.write(chunks).catch(() => {
@@ -424,4 +437,16 @@ export async function serve(
   }
   // End-of-file: the parent is gone (or closed our stdin). Exit promptly.
   return adapter.exit(0);
+}
+
+/** The message of what encoding threw, read without trusting it. */
+function reason(error: unknown): string {
+  try {
+    if (error instanceof Error && typeof error.message === "string") {
+      return error.message;
+    }
+  } catch {
+    // A hostile error whose message getter throws.
+  }
+  return "it cannot be encoded";
 }
