@@ -47,7 +47,8 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
   // garbage collection (a pool recycling workers would pile up fds).
   child.status.finally(() => {
     stdinOpen = false;
-    writer.abort().catch(() => {});
+    writer.abort(new Error("Cannot write to worker: it has exited"))
+      .catch(() => {});
   });
   return {
     pid,

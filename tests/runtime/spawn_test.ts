@@ -1,0 +1,92 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { detect } from "../../src/runtime/detect.ts";
+import type { ChildHandle } from "../../src/runtime/types.ts";
+import { checkNoLeaks, within } from "../_helpers.ts";
+
+checkNoLeaks();
+
+const adapter = detect();
+const env = { PATH: "/usr/bin:/bin" };
+
+/** Reads a stream to its end. */
+async function readAll(stream: ReadableStream<Uint8Array>): Promise<string> {
+  const decoder = new TextDecoder();
+  let text = "";
+  for await (const chunk of stream) {
+    text += decoder.decode(chunk, { stream: true });
+  }
+  return text + decoder.decode();
+}
+
+function spawnCat(): ChildHandle {
+  return adapter.spawn({ argv: ["cat"], env, cwd: "/" });
+}
+
+describe("RuntimeAdapter.spawn()", () => {
+  test("spawn() of a program that does not exist throws at once, naming the cause", () => {
+    assert.throws(
+      () =>
+        adapter.spawn({
+          argv: ["/nonexistent/airlock-no-such-program"],
+          env,
+          cwd: "/",
+        }),
+      (error: unknown) => {
+        assert.ok(error instanceof Error);
+        assert.equal((error as { code?: unknown }).code, "ENOENT");
+        return true;
+      },
+    );
+  });
+
+  test("spawn() pipes stdin to the child and its stdout back, in order", async () => {
+    const child = spawnCat();
+    try {
+      const out = readAll(child.stdout);
+      const err = readAll(child.stderr);
+      const big = new Uint8Array(3 * 1024 * 1024).fill(120);
+      await child.write([new TextEncoder().encode("a"), big]);
+      await child.write([new TextEncoder().encode("b")]);
+      child.closeStdin();
+      const text = await within(out, 30_000, "cat's stdout");
+      assert.equal(text.length, big.byteLength + 2);
+      assert.equal(text[0], "a");
+      assert.equal(text.at(-1), "b");
+      assert.equal(await err, "");
+      assert.deepEqual(await child.exited, { code: 0, signal: null });
+    } finally {
+      child.kill("SIGKILL");
+      await child.exited;
+    }
+  });
+
+  test("spawn() exit status names the signal that ended the child", async () => {
+    const child = spawnCat();
+    child.stdout.cancel().catch(() => {});
+    child.stderr.cancel().catch(() => {});
+    child.kill("SIGKILL");
+    assert.deepEqual(await within(child.exited, 30_000, "exit"), {
+      code: null,
+      signal: "SIGKILL",
+    });
+  });
+
+  test("spawn() write() to a child that is gone rejects", async () => {
+    const child = spawnCat();
+    child.stdout.cancel().catch(() => {});
+    child.stderr.cancel().catch(() => {});
+    child.kill("SIGKILL");
+    await child.exited;
+    const chunk = new Uint8Array(256 * 1024);
+    const failure = await within(
+      (async () => {
+        // The first writes may still land in the pipe's buffer.
+        for (let i = 0; i < 64; i++) await child.write([chunk]);
+      })().then(() => undefined, (error: unknown) => error),
+      30_000,
+      "writes to a dead child",
+    );
+    assert.ok(failure instanceof Error, `writes settled with ${failure}`);
+  });
+});
