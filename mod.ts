@@ -48,44 +48,38 @@ export {
   type Session,
   session,
   type SessionHandle,
-  type SessionOptions,
   type SessionStats,
 } from "./src/parent/session.ts";
 export {
-  DEFAULT_IDLE_TIMEOUT_MS,
-  DEFAULT_MAX_QUEUE,
   type Pool,
   pool,
-  type PoolCloseOptions,
   type PoolHandle,
-  type PoolOptions,
   type PoolStats,
   type PoolWorkerStats,
 } from "./src/parent/pool.ts";
 export {
   type PathsOption,
-  type RecycleCounts,
   type StateOptions,
   type StateScope,
   stateScope,
 } from "./src/parent/state_scope.ts";
+export type { CallStats, RecycleCounts } from "./src/parent/stats.ts";
 export {
   type OneShot,
   oneShot,
   type OneShotHandle,
-  type OneShotOptions,
 } from "./src/parent/one_shot.ts";
-export {
-  type CallOptions,
-  DEFAULT_CALL_TIMEOUT_MS,
-  DEFAULT_CANCEL_GRACE_MS,
-  DEFAULT_CLOSE_GRACE_MS,
-  DEFAULT_MAX_RETRIES,
-  DEFAULT_START_TIMEOUT_MS,
-  type RuntimeOption,
-  type SandboxOption,
-  type SetupCall,
-  type WorkerOptions,
+export type {
+  CallOptions,
+  CloseOptions,
+  OneShotOptions,
+  PoolCloseOptions,
+  PoolOptions,
+  RuntimeOption,
+  SandboxOption,
+  SessionOptions,
+  SetupCall,
+  WorkerOptions,
 } from "./src/parent/options.ts";
 export type { LogSource } from "./src/parent/connection.ts";
 export type {

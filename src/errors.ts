@@ -492,21 +492,23 @@ export interface SessionClosedErrorOptions extends AirlockErrorOptions {
   module: string;
   /** The op that was refused, if any. */
   op?: string | undefined;
-  /** What was closed. */
-  kind?: "session" | "pool";
+  /** What was closed: a `"session"`, a `"pool"` or a `"oneShot"` runner. */
+  kind?: "session" | "pool" | "oneShot";
 }
 
 /**
- * A call on a closed (or closing) session or pool, or a queued call rejected
- * by `close({ force: true })`.
+ * A call on a closed (or closing) session or pool, or a call ended by
+ * `close({ force: true })` or by `closeTimeoutMs`. `kind` says which kind of
+ * handle was closed.
  *
  * @example
  * ```ts
  * import { SessionClosedError } from "@airlock/airlock";
  * import assert from "node:assert/strict";
  *
- * const error = new SessionClosedError({ module: "db.ts", op: "query" });
+ * const error = new SessionClosedError({ module: "db.ts", op: "query", kind: "pool" });
  * assert.equal(error.op, "query");
+ * assert.equal(error.kind, "pool");
  * ```
  */
 export class SessionClosedError extends AirlockError {
@@ -514,6 +516,8 @@ export class SessionClosedError extends AirlockError {
   readonly module: string;
   /** The op that was refused, if any. */
   readonly op: string | undefined;
+  /** What was closed: `"session"`, `"pool"` or `"oneShot"`. */
+  readonly kind: "session" | "pool" | "oneShot";
 
   /**
    * Creates a closed error.
@@ -531,6 +535,7 @@ export class SessionClosedError extends AirlockError {
     this.name = "SessionClosedError";
     this.module = options.module;
     this.op = options.op;
+    this.kind = kind;
   }
 }
 

@@ -7,7 +7,8 @@
 
 import { encodeMessage } from "../protocol/messages.ts";
 import type { CallRecord } from "./connection.ts";
-import { type CallOptions, resolveCallOptions } from "./options.ts";
+import type { CallOptions } from "./options.ts";
+import { resolveCallOptions } from "./_resolve_options.ts";
 
 let nextId = 1;
 
@@ -17,6 +18,8 @@ export interface PendingCall extends CallRecord {
   readonly promise: Promise<unknown>;
   /** The caller's signal, if any. */
   readonly signal: AbortSignal | undefined;
+  /** The pid of each worker it was written to, in order (one per attempt). */
+  readonly pids: number[];
 }
 
 /**
@@ -64,6 +67,7 @@ export function createCall(
     signal,
     promise,
     attempts: 0,
+    pids: [],
     settled: false,
     resolve(value) {
       if (record.settled) return;

@@ -7,19 +7,20 @@
  */
 
 import { detect } from "../runtime/detect.ts";
-import { type ConnectionEvents, crashError } from "./connection.ts";
+import {
+  type CallRecord,
+  type ConnectionEvents,
+  type ConnectionExit,
+  crashError,
+} from "./connection.ts";
 import { createCall, onCallAbort, type PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
+import type { CallOptions, OneShotOptions } from "./options.ts";
 import {
-  type CallOptions,
   resolveCallOptions,
   resolveWorkerOptions,
-  type WorkerOptions,
-} from "./options.ts";
+} from "./_resolve_options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
-
-/** Options of {@linkcode oneShot}. */
-export interface OneShotOptions extends WorkerOptions {}
 
 /** The control surface of a one-shot runner, beside the typed proxy. */
 export interface OneShotHandle<D = unknown> {
@@ -89,7 +90,7 @@ export function oneShot<D = unknown>(
       return Promise.reject(error);
     }
     const events: ConnectionEvents = {
-      onLost(calls, exit) {
+      onLost(calls: CallRecord[], exit: ConnectionExit) {
         for (const lost of calls) {
           lost.reject(crashError(resolved.label, lost, exit));
         }
@@ -111,7 +112,10 @@ export function oneShot<D = unknown>(
         call.reject(error);
         return;
       }
-      if (!call.settled) conn.send(call);
+      if (!call.settled) {
+        call.pids.push(conn.pid);
+        conn.send(call);
+      }
       await call.promise.catch(() => {});
       await conn.shutdown(resolved.closeGraceMs);
     })();

@@ -1,41 +1,38 @@
 /**
- * Options shared by `oneShot`, `session` and `pool`: their documentation,
- * defaults, validation and resolution into a fully required form. Nothing
- * is spawned before validation passes.
+ * The public option types of `oneShot`, `session` and `pool`, with every
+ * default in one documented object ({@linkcode DEFAULTS}) and the known-key
+ * lists derived from the types. Validation and resolution live in
+ * `_resolve_options.ts`; the checks themselves in `src/_validate.ts`.
  *
  * @module
  */
 
-import { basename, isAbsolute, resolve as resolvePath } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { existsSync, statSync } from "node:fs";
-import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
+import { availableParallelism } from "node:os";
+import type { RuntimeName } from "../runtime/types.ts";
 import type { LogSink, LogSource } from "./connection.ts";
-import {
-  type PermissionsOption,
-  type ResolvedPermissions,
-  resolvePermissions,
+import type {
+  PermissionsOption,
+  ResolvedPermissions,
 } from "../runtime/permissions.ts";
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
-import { isEmbeddedPath } from "../runtime/self_exec.ts";
+import type { StateOptions } from "./state_scope.ts";
 import { SANDBOX_MODES, type SandboxMode } from "../runtime/launch/types.ts";
-
-/** Default deadline of a call once written to the worker: 5 minutes. */
-export const DEFAULT_CALL_TIMEOUT_MS = 300_000;
-/** Default deadline for a worker to be ready (spawn, load, hello, setup): 60 s. */
-export const DEFAULT_START_TIMEOUT_MS = 60_000;
-/** Default number of respawns after a failed start, and of retries of an idempotent call. */
-export const DEFAULT_MAX_RETRIES = 2;
-/** Default time a cancelled call may keep running before its worker is killed. */
-export const DEFAULT_CANCEL_GRACE_MS = 5_000;
-/** Default time each step of a shutdown (ask, SIGTERM) may take before the next. */
-export const DEFAULT_CLOSE_GRACE_MS = 5_000;
 
 /** Where the worker runs and with which runtime. */
 export type RuntimeOption = "deno" | "bun" | "auto";
 
 /** Which OS-level sandbox wraps the worker (one definition: `SandboxMode`). */
 export type SandboxOption = SandboxMode;
+
+/** The accepted values of `runtime`. */
+export const RUNTIME_OPTIONS: readonly RuntimeOption[] = [
+  "deno",
+  "bun",
+  "auto",
+];
+
+/** The accepted values of `sandbox`. */
+export const SANDBOX_OPTIONS: readonly SandboxOption[] = SANDBOX_MODES;
 
 /** One setup call: the op, then its arguments. */
 export type SetupCall = readonly [op: string, ...args: unknown[]];
@@ -152,6 +149,17 @@ export interface WorkerOptions {
    */
   closeGraceMs?: number;
   /**
+   * Bounds a plain `close()` (and `await using`), in milliseconds: calls
+   * still running when it passes are ended as with `close({ force: true })`
+   * (they reject with `SessionClosedError`, the workers are killed) and
+   * `close()` resolves once the processes are gone. `0` lets `close()` wait
+   * for every admitted call, however long it runs (each call is still bound
+   * by its own deadline, `callTimeoutMs`).
+   *
+   * @default {0}
+   */
+  closeTimeoutMs?: number;
+  /**
    * Receives each line the worker writes to stderr, and stray text on its
    * stdout. By default lines go to the parent's stderr, prefixed with the
    * module name and pid.
@@ -192,6 +200,214 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/** Options of {@linkcode oneShot}. */
+export interface OneShotOptions extends WorkerOptions {}
+
+/** Options of {@linkcode session}. */
+export interface SessionOptions extends WorkerOptions, StateOptions {}
+
+/** Options of {@linkcode pool}. */
+export interface PoolOptions extends WorkerOptions, StateOptions {
+  /**
+   * Most worker processes at once. A worker retiring after
+   * `maxTasksPerWorker` or `maxRssBytes` may briefly coexist with its
+   * replacement while it finishes its last call.
+   *
+   * @default {the available cores, at most 8}
+   */
+  max?: number;
+  /**
+   * Workers kept alive against idle reaping (started on demand, or at
+   * creation with `prewarm`).
+   *
+   * @default {0}
+   */
+  min?: number;
+  /**
+   * Start workers before the first call: `true` starts `min` workers (at
+   * least one), a number starts that many (at most `max`).
+   *
+   * @default {false}
+   */
+  prewarm?: boolean | number;
+  /**
+   * Idle workers above `min` are stopped after this many milliseconds.
+   * `0` keeps them until `close()`.
+   *
+   * @default {60000}
+   */
+  idleTimeoutMs?: number;
+  /**
+   * A worker is recycled after this many calls. Its replacement starts in
+   * the background while it serves its last tenth of calls, so no call waits
+   * for a start; meanwhile the pool may run one worker more than `max`. `0`
+   * turns recycling off.
+   *
+   * @default {0}
+   */
+  maxTasksPerWorker?: number;
+  /**
+   * A worker whose resident memory (the OS figure, which includes native
+   * allocations) exceeds this many bytes after a call is recycled. `0` turns
+   * it off.
+   *
+   * @default {0}
+   */
+  maxRssBytes?: number;
+  /**
+   * Most calls waiting for a worker; past it a call rejects at once with
+   * `PoolBusyError`.
+   *
+   * @default {10000}
+   */
+  maxQueue?: number;
+  /**
+   * Calls one worker runs at once.
+   *
+   * @default {1}
+   */
+  concurrency?: number;
+}
+
+/**
+ * Options of `close()` on a session or a pool.
+ */
+export interface CloseOptions {
+  /**
+   * End everything now instead of draining: queued and running calls reject
+   * with `SessionClosedError`, the workers are killed (SIGKILL), and
+   * `close()` resolves once their processes are gone.
+   *
+   * @default {false}
+   */
+  force?: boolean;
+  /**
+   * Drain for at most this many milliseconds, then end the rest as with
+   * `force`. Overrides the `closeTimeoutMs` option for this close; `0` waits
+   * for every admitted call.
+   *
+   * @default {the closeTimeoutMs option}
+   */
+  timeoutMs?: number;
+}
+
+/**
+ * Options of `close()` on a pool.
+ *
+ * @deprecated Use {@linkcode CloseOptions}, which sessions take too.
+ */
+export type PoolCloseOptions = CloseOptions;
+
+/**
+ * Every default of airlock's options, in one place. The `@default` of each
+ * option documents the same value; resolution fills a missing option from
+ * here and nowhere else.
+ */
+export const DEFAULTS = Object.freeze(
+  {
+    /** The parent's own runtime. */
+    runtime: "auto",
+    /** The OS sandbox when available and needed (Bun, or `ffi` granted). */
+    sandbox: "auto",
+    /** A call's deadline once written: 5 minutes. */
+    callTimeoutMs: 300_000,
+    /** The deadline for a worker to be ready (spawn, load, hello, setup): 60 s. */
+    startTimeoutMs: 60_000,
+    /** Respawns after a failed start, and retries of a lost idempotent call. */
+    maxRetries: 2,
+    /** How long a cancelled call may keep running before its worker is killed. */
+    cancelGraceMs: 5_000,
+    /** How long each step of a shutdown (ask, SIGTERM) may take before the next. */
+    closeGraceMs: 5_000,
+    /** `close()` waits for every admitted call. */
+    closeTimeoutMs: 0,
+    /** The largest frame accepted from a worker: 256 MiB. */
+    maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
+    /** Pool size: the available cores, at least 1 and at most 8. */
+    max: Math.max(1, Math.min(8, availableParallelism())),
+    /** Workers a pool keeps alive against idle reaping. */
+    min: 0,
+    /** Idle pool workers above `min` are stopped after 60 s. */
+    idleTimeoutMs: 60_000,
+    /** Pool workers are not recycled after a number of calls. */
+    maxTasksPerWorker: 0,
+    /** Pool workers are not recycled for their memory. */
+    maxRssBytes: 0,
+    /** Calls a pool queues before it refuses with `PoolBusyError`. */
+    maxQueue: 10_000,
+    /** Calls one pool worker runs at once. */
+    concurrency: 1,
+  } as const,
+);
+
+/** The names of the keys of `T` that `K` lacks (`never` when complete). */
+type MissingKeys<T, K extends readonly PropertyKey[]> = Exclude<
+  keyof T,
+  K[number]
+>;
+
+/** Fails type-check (naming the missing keys) unless `K` lists every key of `T`. */
+function keyList<T>(): <const K extends readonly (keyof T & string)[]>(
+  keys:
+    & K
+    & ([MissingKeys<T, K>] extends [never] ? unknown : {
+      missing: MissingKeys<T, K>;
+    }),
+) => readonly string[] {
+  return (keys) => Object.freeze([...keys]);
+}
+
+/** The keys of {@linkcode WorkerOptions}, checked against the type both ways. */
+export const WORKER_OPTION_KEYS: readonly string[] = keyList<WorkerOptions>()([
+  "runtime",
+  "permissions",
+  "sandbox",
+  "env",
+  "inheritEnv",
+  "cwd",
+  "config",
+  "callTimeoutMs",
+  "startTimeoutMs",
+  "maxRetries",
+  "setup",
+  "idempotent",
+  "cancelGraceMs",
+  "closeGraceMs",
+  "closeTimeoutMs",
+  "onStderr",
+  "maxFrameBytes",
+  "command",
+  "launcher",
+]);
+
+/** The keys of {@linkcode SessionOptions}. */
+export const SESSION_OPTION_KEYS: readonly string[] = keyList<
+  SessionOptions
+>()([
+  ...(WORKER_OPTION_KEYS as readonly (keyof WorkerOptions)[]),
+  "watch",
+  "scope",
+]);
+
+/** The keys of {@linkcode PoolOptions}. */
+export const POOL_OPTION_KEYS: readonly string[] = keyList<PoolOptions>()([
+  ...(SESSION_OPTION_KEYS as readonly (keyof SessionOptions)[]),
+  "max",
+  "min",
+  "prewarm",
+  "idleTimeoutMs",
+  "maxTasksPerWorker",
+  "maxRssBytes",
+  "maxQueue",
+  "concurrency",
+]);
+
+/** The keys of {@linkcode CloseOptions}. */
+export const CLOSE_OPTION_KEYS: readonly string[] = keyList<CloseOptions>()([
+  "force",
+  "timeoutMs",
+]);
+
 /** {@linkcode WorkerOptions} after validation, with every default filled in. */
 export interface ResolvedWorkerOptions {
   /** The module URL, or `undefined` with `command`. */
@@ -224,6 +440,8 @@ export interface ResolvedWorkerOptions {
   cancelGraceMs: number;
   /** Close grace in ms. */
   closeGraceMs: number;
+  /** Bound of a plain close() in ms (0: none). */
+  closeTimeoutMs: number;
   /** Log sink. */
   onLog: LogSink;
   /** Frame cap. */
@@ -234,431 +452,22 @@ export interface ResolvedWorkerOptions {
   launcher: string[];
 }
 
-function describe(value: unknown): string {
-  if (typeof value === "string") return JSON.stringify(value);
-  if (typeof value === "bigint") return `${value}n`;
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
-  if (typeof value === "object") return "an object";
-  return String(value);
-}
-
-/**
- * Checks a millisecond option: a finite number ≥ 0 (or > 0).
- *
- * @param name The option's name.
- * @param value Its value.
- * @param fallback The default.
- * @param allowZero Whether 0 is accepted.
- * @returns The value.
- */
-export function milliseconds(
-  name: string,
-  value: unknown,
-  fallback: number,
-  allowZero = true,
-): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number") {
-    throw new TypeError(
-      `Invalid option "${name}": expected a number of milliseconds, received ${
-        describe(value)
-      }`,
-    );
-  }
-  if (!Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
-    throw new RangeError(
-      `Invalid option "${name}": expected a finite number ${
-        allowZero ? "≥ 0" : "> 0"
-      }, received ${describe(value)}`,
-    );
-  }
-  return value;
-}
-
-/**
- * Checks a whole-number option.
- *
- * @param name The option's name.
- * @param value Its value.
- * @param fallback The default.
- * @param min The smallest accepted value.
- * @returns The value.
- */
-export function wholeNumber(
-  name: string,
-  value: unknown,
-  fallback: number,
-  min: number,
-): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number") {
-    throw new TypeError(
-      `Invalid option "${name}": expected a whole number, received ${
-        describe(value)
-      }`,
-    );
-  }
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new RangeError(
-      `Invalid option "${name}": expected a whole number ≥ ${min}, received ${
-        describe(value)
-      }`,
-    );
-  }
-  return value;
-}
-
-function stringList(name: string, value: unknown): string[] {
-  if (value === undefined) return [];
-  if (!Array.isArray(value)) {
-    throw new TypeError(
-      `Invalid option "${name}": expected a list of strings, received ${
-        describe(value)
-      }`,
-    );
-  }
-  value.forEach((item, index) => {
-    if (typeof item !== "string") {
-      throw new TypeError(
-        `Invalid option "${name}[${index}]": expected a string, received ${
-          describe(item)
-        }`,
-      );
-    }
-  });
-  return [...value];
-}
-
-function toPath(name: string, value: unknown, cwd: string): string {
-  if (value instanceof URL) {
-    if (value.protocol !== "file:") {
-      throw new TypeError(
-        `Invalid option "${name}": expected a file URL or path, received ${value.href}`,
-      );
-    }
-    return fileURLToPath(value);
-  }
-  if (typeof value !== "string" || value === "") {
-    throw new TypeError(
-      `Invalid option "${name}": expected a path or file URL, received ${
-        describe(value)
-      }`,
-    );
-  }
-  if (value.startsWith("file:")) return fileURLToPath(value);
-  return isAbsolute(value) ? value : resolvePath(cwd, value);
-}
-
-/**
- * Turns the `module` argument into a URL: a `URL`, a URL string, or a path
- * (relative to the parent's working directory).
- *
- * @param module The argument.
- * @param cwd The parent's working directory.
- * @returns The module URL.
- * @throws {TypeError} when it is not a URL or path, or the file does not exist.
- */
-export function resolveModule(module: unknown, cwd: string): URL {
-  let url: URL;
-  if (module instanceof URL) {
-    url = module;
-  } else if (typeof module === "string" && module !== "") {
-    if (/^[a-z][a-z0-9+.-]*:/i.test(module) && !/^[a-z]:[\\/]/i.test(module)) {
-      url = new URL(module);
-    } else {
-      url = pathToFileURL(
-        isAbsolute(module) ? module : resolvePath(cwd, module),
-      );
-    }
-  } else {
-    throw new TypeError(
-      `Invalid worker module: expected a URL or a path, received ${
-        describe(module)
-      }`,
-    );
-  }
-  if (url.protocol === "file:") {
-    const path = fileURLToPath(url);
-    if (isEmbeddedPath(path)) {
-      // Inside a `bun build --compile` executable, a bundled `x.ts` is `x.js`.
-      const twin = path.replace(/\.[cm]?tsx?$/, ".js");
-      if (!existsSync(path) && !existsSync(twin)) {
-        throw new TypeError(
-          `Invalid worker module: "${path}" is not embedded in this executable; pass it to bun build --compile as an additional entrypoint`,
-        );
-      }
-      return url;
-    }
-    if (!existsSync(path) || !statSync(path).isFile()) {
-      throw new TypeError(
-        `Invalid worker module: "${path}" does not exist or is not a file`,
-      );
-    }
-  }
-  return url;
-}
-
-function defaultLogSink(adapter: RuntimeAdapter): LogSink {
-  return (line, source) => {
-    adapter.writeStderr(`[${source.module} ${source.pid}] ${line}\n`);
-  };
-}
-
-function resolveEnv(
-  options: WorkerOptions,
-  adapter: RuntimeAdapter,
-): Record<string, string> {
-  const env: Record<string, string> = {};
-  const inherit = options.inheritEnv;
-  if (inherit === true) {
-    Object.assign(env, adapter.environment());
-  } else if (inherit !== undefined && inherit !== false) {
-    for (const name of stringList("inheritEnv", inherit)) {
-      const value = adapter.env(name);
-      if (value !== undefined) env[name] = value;
-    }
-  }
-  if (options.env !== undefined) {
-    if (typeof options.env !== "object" || options.env === null) {
-      throw new TypeError(
-        `Invalid option "env": expected an object of strings, received ${
-          describe(options.env)
-        }`,
-      );
-    }
-    for (const [name, value] of Object.entries(options.env)) {
-      if (typeof value !== "string") {
-        throw new TypeError(
-          `Invalid option "env.${name}": expected a string, received ${
-            describe(value)
-          }`,
-        );
-      }
-      env[name] = value;
-    }
-  }
-  return env;
-}
-
-function resolveSetup(value: unknown): SetupCall[] {
-  if (value === undefined) return [];
-  if (!Array.isArray(value)) {
-    throw new TypeError(
-      `Invalid option "setup": expected a list of [op, ...args] calls, received ${
-        describe(value)
-      }`,
-    );
-  }
-  return value.map((call, index) => {
-    if (!Array.isArray(call) || typeof call[0] !== "string") {
-      throw new TypeError(
-        `Invalid option "setup[${index}]": expected [op, ...args] with a string op, received ${
-          describe(call)
-        }`,
-      );
-    }
-    return [...call] as unknown as SetupCall;
-  });
-}
-
-/** The keys of {@linkcode WorkerOptions}. */
-const COMMON_KEYS: readonly string[] = [
-  "runtime",
-  "permissions",
-  "sandbox",
-  "env",
-  "inheritEnv",
-  "cwd",
-  "config",
-  "callTimeoutMs",
-  "startTimeoutMs",
-  "maxRetries",
-  "setup",
-  "idempotent",
-  "cancelGraceMs",
-  "closeGraceMs",
-  "onStderr",
-  "maxFrameBytes",
-  "command",
-  "launcher",
-];
-
-/**
- * Refuses option keys the mode does not know: a typo such as
- * `callTimeOutMs`, or a pool option given to a session, would otherwise be
- * ignored without a word.
- */
-function checkKnownKeys(options: object, modeKeys: readonly string[]): void {
-  for (const key of Object.keys(options)) {
-    if (COMMON_KEYS.includes(key) || modeKeys.includes(key)) continue;
-    const known = [...COMMON_KEYS, ...modeKeys];
-    const near = known.find((name) => name.toLowerCase() === key.toLowerCase());
-    throw new TypeError(
-      `Invalid option "${key}": this mode has no such option${
-        near ? ` (did you mean "${near}"?)` : ""
-      }; known options: ${known.join(", ")}`,
-    );
-  }
-}
-
-const RUNTIMES: readonly string[] = ["deno", "bun", "auto"];
-
-/**
- * Validates the options every mode takes and fills in their defaults.
- *
- * @param module The worker module (ignored with `command`).
- * @param options The caller's options.
- * @param adapter The parent's runtime.
- * @returns The resolved options.
- * @throws {TypeError} when an option has the wrong type or the module does not exist.
- * @throws {RangeError} when a number is out of range.
- */
-export function resolveWorkerOptions(
-  module: unknown,
-  options: WorkerOptions,
-  adapter: RuntimeAdapter,
-  modeKeys: readonly string[] = [],
-): ResolvedWorkerOptions {
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(
-      `Invalid options: expected an object, received ${describe(options)}`,
-    );
-  }
-  checkKnownKeys(options, modeKeys);
-  const parentCwd = adapter.cwd();
-  const cwd = options.cwd === undefined
-    ? parentCwd
-    : toPath("cwd", options.cwd, parentCwd);
-  if (options.cwd !== undefined && !existsSync(cwd)) {
-    throw new TypeError(`Invalid option "cwd": "${cwd}" does not exist`);
-  }
-  const runtimeOption = options.runtime ?? "auto";
-  if (!RUNTIMES.includes(runtimeOption)) {
-    throw new TypeError(
-      `Invalid option "runtime": expected "deno", "bun" or "auto", received ${
-        describe(runtimeOption)
-      }`,
-    );
-  }
-  const sandbox = options.sandbox ?? "auto";
-  if (!(SANDBOX_MODES as readonly unknown[]).includes(sandbox)) {
-    throw new TypeError(
-      `Invalid option "sandbox": expected "none", "os" or "auto", received ${
-        describe(sandbox)
-      }`,
-    );
-  }
-  const command = options.command === undefined
-    ? undefined
-    : stringList("command", options.command);
-  if (command !== undefined && command.length === 0) {
-    throw new RangeError(
-      `Invalid option "command": expected at least the program, received an empty list`,
-    );
-  }
-  const moduleUrl = command ? undefined : resolveModule(module, parentCwd);
-  // With `command`, the module argument (if any) only names the worker.
-  const label = command
-    ? basename(
-      typeof module === "string" && module !== ""
-        ? module
-        : module instanceof URL
-        ? module.pathname
-        : command[command.length - 1] ?? "worker",
-    )
-    : basename(moduleUrl?.pathname ?? "worker");
-  const onStderr = options.onStderr;
-  if (onStderr !== undefined && typeof onStderr !== "function") {
-    throw new TypeError(
-      `Invalid option "onStderr": expected a function, received ${
-        describe(onStderr)
-      }`,
-    );
-  }
-  return {
-    moduleUrl,
-    label,
-    runtime: runtimeOption === "auto"
-      ? adapter.name
-      : runtimeOption as RuntimeName,
-    permissions: resolvePermissions(options.permissions, cwd),
-    sandbox: sandbox as SandboxOption,
-    env: resolveEnv(options, adapter),
-    cwd,
-    config: options.config === undefined
-      ? undefined
-      : toPath("config", options.config, parentCwd),
-    callTimeoutMs: milliseconds(
-      "callTimeoutMs",
-      options.callTimeoutMs,
-      DEFAULT_CALL_TIMEOUT_MS,
-    ),
-    startTimeoutMs: milliseconds(
-      "startTimeoutMs",
-      options.startTimeoutMs,
-      DEFAULT_START_TIMEOUT_MS,
-    ),
-    maxRetries: wholeNumber(
-      "maxRetries",
-      options.maxRetries,
-      DEFAULT_MAX_RETRIES,
-      0,
-    ),
-    setup: resolveSetup(options.setup),
-    idempotent: new Set(stringList("idempotent", options.idempotent)),
-    cancelGraceMs: milliseconds(
-      "cancelGraceMs",
-      options.cancelGraceMs,
-      DEFAULT_CANCEL_GRACE_MS,
-    ),
-    closeGraceMs: milliseconds(
-      "closeGraceMs",
-      options.closeGraceMs,
-      DEFAULT_CLOSE_GRACE_MS,
-      false,
-    ),
-    onLog: onStderr ?? defaultLogSink(adapter),
-    maxFrameBytes: wholeNumber(
-      "maxFrameBytes",
-      options.maxFrameBytes,
-      DEFAULT_MAX_FRAME_BYTES,
-      1024,
-    ),
-    command,
-    launcher: stringList("launcher", options.launcher),
-  };
-}
-
-/**
- * Resolves the options of one call against the mode's defaults.
- *
- * @param options The call's options.
- * @param callTimeoutMs The mode's default deadline.
- * @returns The deadline and signal.
- */
-export function resolveCallOptions(
-  options: CallOptions | undefined,
-  callTimeoutMs: number,
-): { timeoutMs: number; signal: AbortSignal | undefined } {
-  if (options === undefined) {
-    return { timeoutMs: callTimeoutMs, signal: undefined };
-  }
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(
-      `Invalid call options: expected an object, received ${describe(options)}`,
-    );
-  }
-  const signal = options.signal;
-  if (signal !== undefined && !(signal instanceof AbortSignal)) {
-    throw new TypeError(
-      `Invalid call option "signal": expected an AbortSignal, received ${
-        describe(signal)
-      }`,
-    );
-  }
-  return {
-    timeoutMs: milliseconds("timeoutMs", options.timeoutMs, callTimeoutMs),
-    signal,
-  };
+/** {@linkcode PoolOptions} of the pool itself, after validation. */
+export interface ResolvedPoolOptions {
+  /** Most workers. */
+  max: number;
+  /** Workers kept against idle reaping. */
+  min: number;
+  /** Workers started at creation. */
+  prewarm: number;
+  /** Idle reaping in ms (0: never). */
+  idleTimeoutMs: number;
+  /** Calls before a worker is recycled (0: never). */
+  maxTasksPerWorker: number;
+  /** Memory ceiling in bytes (0: none). */
+  maxRssBytes: number;
+  /** Most queued calls. */
+  maxQueue: number;
+  /** Calls per worker at once. */
+  concurrency: number;
 }

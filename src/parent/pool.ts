@@ -7,110 +7,38 @@
  * @module
  */
 
-import { availableParallelism } from "node:os";
-import { PoolBusyError, SessionClosedError } from "../errors.ts";
+import { PoolBusyError } from "../errors.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import {
-  type CallRecord,
-  type Connection,
-  type ConnectionExit,
-  crashError,
+import type {
+  CallRecord,
+  Connection,
+  ConnectionEvents,
+  ConnectionExit,
 } from "./connection.ts";
-import { onCallAbort, type PendingCall, prepareCall } from "./_call.ts";
+import type { PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
+import { ModeCore } from "./_mode.ts";
 import {
   type CallOptions,
-  milliseconds,
+  type CloseOptions,
+  POOL_OPTION_KEYS,
+  type PoolOptions,
+  type ResolvedPoolOptions,
   type ResolvedWorkerOptions,
-  resolveWorkerOptions,
-  wholeNumber,
-  type WorkerOptions,
 } from "./options.ts";
+import {
+  resolvePoolOptions,
+  resolveWorkerOptions,
+} from "./_resolve_options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
 import {
-  type RecycleCounts,
   resolveTracker,
   type StaleCause,
-  STATE_OPTION_KEYS,
-  type StateOptions,
   type StateStamp,
   type StateTracker,
 } from "./state_scope.ts";
-
-/** Default idle time after which workers above `min` are stopped: 60 s. */
-export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
-/** Default limit of queued calls. */
-export const DEFAULT_MAX_QUEUE = 10_000;
-
-/** Options of {@linkcode pool}. */
-export interface PoolOptions extends WorkerOptions, StateOptions {
-  /**
-   * Most worker processes at once. A worker retiring after
-   * `maxTasksPerWorker` or `maxRssBytes` may briefly coexist with its
-   * replacement while it finishes its last call.
-   *
-   * @default {the available cores, at most 8}
-   */
-  max?: number;
-  /**
-   * Workers kept alive against idle reaping (started on demand, or at
-   * creation with `prewarm`).
-   *
-   * @default {0}
-   */
-  min?: number;
-  /**
-   * Start workers before the first call: `true` starts `min` workers (at
-   * least one), a number starts that many (at most `max`).
-   *
-   * @default {false}
-   */
-  prewarm?: boolean | number;
-  /**
-   * Idle workers above `min` are stopped after this many milliseconds.
-   * `0` keeps them until `close()`.
-   *
-   * @default {60000}
-   */
-  idleTimeoutMs?: number;
-  /**
-   * A worker is recycled after this many calls. Its replacement starts in
-   * the background while it serves its last tenth of calls, so no call waits
-   * for a start; meanwhile the pool may run one worker more than `max`. `0`
-   * turns recycling off.
-   *
-   * @default {0}
-   */
-  maxTasksPerWorker?: number;
-  /**
-   * A worker whose resident memory (the OS figure, which includes native
-   * allocations) exceeds this many bytes after a call is recycled. `0` turns
-   * it off.
-   *
-   * @default {0}
-   */
-  maxRssBytes?: number;
-  /**
-   * Most calls waiting for a worker; past it a call rejects at once with
-   * `PoolBusyError`.
-   *
-   * @default {10000}
-   */
-  maxQueue?: number;
-  /**
-   * Calls one worker runs at once.
-   *
-   * @default {1}
-   */
-  concurrency?: number;
-}
-
-/** Options of {@linkcode Pool.close}. */
-export interface PoolCloseOptions {
-  /** Reject queued calls with `SessionClosedError` instead of running them. */
-  force?: boolean;
-}
+import type { CallStats, RecycleCounts } from "./stats.ts";
 
 /** Figures of one worker of a pool. */
 export interface PoolWorkerStats {
@@ -127,7 +55,7 @@ export interface PoolWorkerStats {
 }
 
 /** What {@linkcode Pool.stats} reports. */
-export interface PoolStats {
+export interface PoolStats extends CallStats {
   /** Live worker processes (including retiring ones). */
   workers: number;
   /** Workers running at least one call. */
@@ -138,12 +66,6 @@ export interface PoolStats {
   starting: number;
   /** Calls waiting for a worker. */
   queued: number;
-  /** Calls that settled with a value. */
-  completed: number;
-  /** Calls that settled with an error. */
-  failed: number;
-  /** Workers that exited without being asked to. */
-  crashed: number;
   /** Workers recycled, all causes. */
   recycled: number;
   /** Workers recycled, by cause. */
@@ -166,11 +88,16 @@ export interface PoolHandle<D = unknown> {
    */
   call: WorkerCall<D>;
   /**
-   * Stops admitting calls, finishes running and queued ones (or rejects the
-   * queued ones with `{ force: true }`), and settles once every worker
-   * process has exited. Idempotent.
+   * Stops admitting calls, finishes running and queued ones, and settles
+   * once every worker process has exited. With `{ force: true }`, or once
+   * `timeoutMs` (default: the `closeTimeoutMs` option) has passed, calls
+   * still queued or running reject with `SessionClosedError` and the workers
+   * are killed. Idempotent: a later `close({ force: true })` ends a drain in
+   * progress.
+   *
+   * @param options `force` to end running calls now, `timeoutMs` to bound the drain.
    */
-  close(options?: PoolCloseOptions): Promise<void>;
+  close(options?: CloseOptions): Promise<void>;
   /** Same as `close()`, for `await using`. */
   [Symbol.asyncDispose](): Promise<void>;
   /**
@@ -196,87 +123,14 @@ interface PoolWorker {
   idleTimer: ReturnType<typeof setTimeout> | undefined;
 }
 
-interface ResolvedPoolOptions {
-  max: number;
-  min: number;
-  prewarm: number;
-  idleTimeoutMs: number;
-  maxTasksPerWorker: number;
-  maxRssBytes: number;
-  maxQueue: number;
-  concurrency: number;
-}
-
-function resolvePoolOptions(options: PoolOptions): ResolvedPoolOptions {
-  const max = wholeNumber(
-    "max",
-    options.max,
-    Math.max(1, Math.min(8, availableParallelism())),
-    1,
-  );
-  const min = wholeNumber("min", options.min, 0, 0);
-  if (min > max) {
-    throw new RangeError(
-      `Invalid option "min": expected at most max (${max}), received ${min}`,
-    );
-  }
-  let prewarm = 0;
-  if (options.prewarm === true) prewarm = Math.max(min, 1);
-  else if (options.prewarm !== undefined && options.prewarm !== false) {
-    prewarm = wholeNumber("prewarm", options.prewarm, 0, 0);
-    if (prewarm > max) {
-      throw new RangeError(
-        `Invalid option "prewarm": expected at most max (${max}), received ${prewarm}`,
-      );
-    }
-  }
-  return {
-    max,
-    min,
-    prewarm,
-    idleTimeoutMs: milliseconds(
-      "idleTimeoutMs",
-      options.idleTimeoutMs,
-      DEFAULT_IDLE_TIMEOUT_MS,
-    ),
-    maxTasksPerWorker: wholeNumber(
-      "maxTasksPerWorker",
-      options.maxTasksPerWorker,
-      0,
-      0,
-    ),
-    maxRssBytes: wholeNumber("maxRssBytes", options.maxRssBytes, 0, 0),
-    maxQueue: wholeNumber("maxQueue", options.maxQueue, DEFAULT_MAX_QUEUE, 0),
-    concurrency: wholeNumber("concurrency", options.concurrency, 1, 1),
-  };
-}
-
-class PoolCore {
-  readonly options: ResolvedWorkerOptions;
+class PoolCore extends ModeCore {
   readonly limits: ResolvedPoolOptions;
-  readonly adapter: RuntimeAdapter;
   readonly tracker: StateTracker;
   #workers = new Set<PoolWorker>();
-  #starting = 0;
-  #queue: PendingCall[] = [];
-  #closing: Promise<void> | undefined;
-  #forced = false;
+  /** Starts in progress; each settles once its worker joined or failed. */
+  #starts = new Set<Promise<void>>();
   #drainWaiters: (() => void)[] = [];
-  /** Ops the workers declare idempotent (`defineWorker`), from their hellos. */
-  #declaredIdempotent = new Set<string>();
-  #stats = {
-    completed: 0,
-    failed: 0,
-    crashed: 0,
-    reaped: 0,
-  };
-  #recycled: RecycleCounts = {
-    tasks: 0,
-    memory: 0,
-    watch: 0,
-    invalidate: 0,
-    crash: 0,
-  };
+  #reaped = 0;
 
   constructor(
     options: ResolvedWorkerOptions,
@@ -284,11 +138,14 @@ class PoolCore {
     adapter: RuntimeAdapter,
     tracker: StateTracker,
   ) {
-    this.options = options;
+    super("pool", options, adapter);
     this.limits = limits;
-    this.adapter = adapter;
     this.tracker = tracker;
     for (let i = 0; i < limits.prewarm; i++) this.#startWorker();
+  }
+
+  get #starting(): number {
+    return this.#starts.size;
   }
 
   /** Workers that take calls (not retiring). Counted on every answer: no array. */
@@ -298,81 +155,70 @@ class PoolCore {
     return live;
   }
 
+  protected override *connections(): Iterable<Connection> {
+    for (const worker of this.#workers) yield worker.conn;
+  }
+
   #startWorker(): void {
-    this.#starting++;
     const stamp = this.tracker.stamp();
     const holder: { worker?: PoolWorker } = {};
-    launchWorker(this.options, this.adapter, {
-      onLost: (calls, exit) => this.#onLost(calls, exit),
-      onTimeout: () => {},
+    const events: ConnectionEvents = {
+      onLost: (calls: CallRecord[], exit: ConnectionExit) =>
+        this.#onLost(calls, exit),
+      onTimeout: () => this.onTimeout(),
       onSlotFree: () => {
         if (holder.worker) this.#onSlotFree(holder.worker);
       },
-    }).then((conn) => {
-      this.#starting--;
-      const worker: PoolWorker = {
-        conn,
-        stamp,
-        calls: 0,
-        retiring: false,
-        succeeded: false,
-        idleTimer: undefined,
-      };
-      holder.worker = worker;
-      for (const op of conn.hello?.idempotent ?? []) {
-        this.#declaredIdempotent.add(op);
-      }
-      this.#workers.add(worker);
-      conn.closed.then((exit) => this.#onExit(worker, exit));
-      if (this.#closing && this.#queue.length === 0) {
-        this.#retire(worker);
-      } else {
-        this.#armIdle(worker);
-        this.#pump();
-      }
-    }, (error: unknown) => {
-      this.#starting--;
-      if (this.#liveCount() === 0) {
-        // Nothing can serve the queue (launchWorker already retried): fail
-        // it rather than respawn in a loop. The next call tries again.
-        const queued = this.#queue;
-        this.#queue = [];
-        for (const call of queued) call.reject(error);
-        this.#checkDrained();
-      } else {
-        this.#pump();
-      }
-    });
+    };
+    const start = launchWorker(this.options, this.adapter, events).then(
+      (conn) => {
+        this.#starts.delete(start);
+        const worker: PoolWorker = {
+          conn,
+          stamp,
+          calls: 0,
+          retiring: false,
+          succeeded: false,
+          idleTimer: undefined,
+        };
+        holder.worker = worker;
+        this.adopted(conn);
+        this.#workers.add(worker);
+        conn.closed.then((exit) => this.#onExit(worker, exit));
+        if (this.forced) {
+          conn.kill("closed with force", true);
+        } else if (this.closing && this.queue.length === 0) {
+          this.#retire(worker);
+        } else {
+          this.#armIdle(worker);
+          this.#pump();
+        }
+      },
+      (error: unknown) => {
+        this.#starts.delete(start);
+        if (this.#liveCount() === 0) {
+          // Nothing can serve the queue (launchWorker already retried): fail
+          // it rather than respawn in a loop. The next call tries again.
+          this.failQueued(error);
+        } else {
+          this.#pump();
+        }
+      },
+    );
+    this.#starts.add(start);
   }
 
   #onExit(worker: PoolWorker, exit: ConnectionExit): void {
     this.#workers.delete(worker);
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
-    if (!exit.requested) {
-      this.#stats.crashed++;
-      this.#recycled.crash++;
-    }
+    this.exited(exit);
     this.#pump();
     this.#checkDrained();
   }
 
   #onLost(calls: CallRecord[], exit: ConnectionExit): void {
-    const retry: PendingCall[] = [];
-    for (const record of calls) {
-      const call = record as PendingCall;
-      if (call.settled) continue;
-      const idempotent = call.idempotent ||
-        this.#declaredIdempotent.has(call.op);
-      if (
-        idempotent && call.attempts <= this.options.maxRetries &&
-        !this.#forced
-      ) {
-        retry.push(call);
-      } else {
-        call.reject(crashError(this.options.label, call, exit));
-      }
-    }
-    if (retry.length > 0) this.#queue.unshift(...retry);
+    const retry = this.lost(calls, exit);
+    if (retry.length > 0) this.queue.unshift(...retry);
   }
 
   #onSlotFree(worker: PoolWorker): void {
@@ -380,7 +226,7 @@ class PoolCore {
     if (!worker.retiring && this.limits.maxRssBytes > 0) {
       const rss = conn.rssBytes();
       if (rss !== undefined && rss > this.limits.maxRssBytes) {
-        this.#recycled.memory++;
+        this.recycled.memory++;
         this.#retire(worker);
       }
     }
@@ -401,7 +247,7 @@ class PoolCore {
       worker.idleTimer = undefined;
       if (worker.retiring || worker.conn.occupancy > 0) return;
       if (this.#liveCount() <= this.limits.min) return;
-      this.#stats.reaped++;
+      this.#reaped++;
       this.#retire(worker);
     }, this.limits.idleTimeoutMs);
     // An idle timer alone must not keep the parent alive.
@@ -420,12 +266,13 @@ class PoolCore {
 
   #recycle(worker: PoolWorker, cause: StaleCause | "tasks"): void {
     if (worker.retiring) return;
-    this.#recycled[cause]++;
+    this.recycled[cause]++;
     this.#retire(worker);
   }
 
   #pump(): void {
-    if (this.#queue.length > 0 && this.tracker.active) {
+    if (this.forced) return;
+    if (this.queue.length > 0 && this.tracker.active) {
       const now = this.tracker.stamp();
       for (const worker of this.#workers) {
         if (worker.retiring) continue;
@@ -433,7 +280,7 @@ class PoolCore {
         if (cause) this.#recycle(worker, cause);
       }
     }
-    while (this.#queue.length > 0) {
+    while (this.queue.length > 0) {
       let best: PoolWorker | undefined;
       for (const worker of this.#workers) {
         if (worker.retiring || !worker.conn.alive) continue;
@@ -442,14 +289,14 @@ class PoolCore {
         if (!best || occupancy < best.conn.occupancy) best = worker;
       }
       if (!best) break;
-      const call = this.#queue.shift() as PendingCall;
+      const call = this.queue.shift() as PendingCall;
       if (call.settled) continue;
       this.#dispatch(best, call);
     }
     // Start workers for what is still queued, within max.
     const live = this.#liveCount();
     let wanted = Math.min(
-      Math.ceil(this.#queue.length / this.limits.concurrency) - this.#starting,
+      Math.ceil(this.queue.length / this.limits.concurrency) - this.#starting,
       this.limits.max - live - this.#starting,
     );
     while (wanted-- > 0) this.#startWorker();
@@ -459,7 +306,7 @@ class PoolCore {
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
     worker.idleTimer = undefined;
     worker.calls++;
-    worker.conn.send(call);
+    this.send(worker.conn, call);
     const limit = this.limits.maxTasksPerWorker;
     if (limit === 0) return;
     // The replacement starts while the worker serves its last tenth of calls,
@@ -489,40 +336,24 @@ class PoolCore {
     }
   }
 
-  call(op: string, args: unknown[], options?: CallOptions): Promise<unknown> {
-    if (this.#closing) {
-      return Promise.reject(
-        new SessionClosedError({
-          module: this.options.label,
-          op,
-          kind: "pool",
-        }),
-      );
+  protected override refuse(op: string): Error | undefined {
+    if (this.queue.length >= this.limits.maxQueue && !this.#hasFreeSlot()) {
+      return new PoolBusyError({
+        module: this.options.label,
+        op,
+        maxQueue: this.limits.maxQueue,
+      });
     }
-    if (this.#queue.length >= this.limits.maxQueue && !this.#hasFreeSlot()) {
-      return Promise.reject(
-        new PoolBusyError({
-          module: this.options.label,
-          op,
-          maxQueue: this.limits.maxQueue,
-        }),
-      );
-    }
-    let call: PendingCall;
-    try {
-      call = prepareCall(op, args, options, this.options);
-    } catch (error: unknown) {
-      return Promise.reject(error);
-    }
-    call.promise.then(
-      () => this.#stats.completed++,
-      () => this.#stats.failed++,
-    );
-    onCallAbort(call, () => this.#abort(call));
-    if (call.settled) return call.promise;
-    this.#queue.push(call);
+    return undefined;
+  }
+
+  protected override admit(call: PendingCall): void {
+    this.queue.push(call);
     this.#pump();
-    return call.promise;
+  }
+
+  protected override queueChanged(): void {
+    this.#checkDrained();
   }
 
   #hasFreeSlot(): boolean {
@@ -535,22 +366,6 @@ class PoolCore {
     return false;
   }
 
-  #abort(call: PendingCall): void {
-    const reason = call.signal?.reason;
-    const index = this.#queue.indexOf(call);
-    if (index !== -1) {
-      // Queued: removed without touching any worker.
-      this.#queue.splice(index, 1);
-      call.reject(reason);
-      this.#checkDrained();
-      return;
-    }
-    for (const worker of this.#workers) {
-      if (worker.conn.cancel(call, reason)) return;
-    }
-    call.reject(reason);
-  }
-
   invalidate(): void {
     this.tracker.invalidate();
     for (const worker of this.#workers) {
@@ -560,48 +375,32 @@ class PoolCore {
 
   #checkDrained(): void {
     if (this.#drainWaiters.length === 0) return;
-    if (this.#queue.length > 0) return;
-    for (const worker of this.#workers) {
-      if (worker.conn.occupancy > 0) return;
+    if (this.queue.length > 0) return;
+    if (!this.forced) {
+      for (const worker of this.#workers) {
+        if (worker.conn.occupancy > 0) return;
+      }
     }
     const waiters = this.#drainWaiters;
     this.#drainWaiters = [];
     for (const resolve of waiters) resolve();
   }
 
-  close(options: PoolCloseOptions = {}): Promise<void> {
-    if (options.force) {
-      this.#forced = true;
-      const queued = this.#queue;
-      this.#queue = [];
-      for (const call of queued) {
-        call.reject(
-          new SessionClosedError({
-            module: this.options.label,
-            op: call.op,
-            kind: "pool",
-          }),
-        );
+  protected override async drainAndStop(): Promise<void> {
+    await new Promise<void>((resolve) => {
+      this.#drainWaiters.push(resolve);
+      this.#checkDrained();
+    });
+    // Workers still starting are retired (or killed) as they arrive.
+    while (this.#starts.size > 0 || this.#workers.size > 0) {
+      const exits: Promise<unknown>[] = [...this.#starts];
+      for (const worker of this.#workers) {
+        if (this.forced) worker.conn.kill("closed with force", true);
+        else this.#retire(worker);
+        exits.push(worker.conn.closed);
       }
+      await Promise.all(exits);
     }
-    if (this.#closing) return this.#closing;
-    const closing = (async () => {
-      await new Promise<void>((resolve) => {
-        this.#drainWaiters.push(resolve);
-        this.#checkDrained();
-      });
-      // Workers still starting are retired as they arrive; wait for them.
-      while (this.#starting > 0 || this.#workers.size > 0) {
-        const exits = [...this.#workers].map((worker) => {
-          this.#retire(worker);
-          return worker.conn.closed;
-        });
-        if (exits.length > 0) await Promise.all(exits);
-        else await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-    })();
-    this.#closing = closing;
-    return closing;
   }
 
   stats(): PoolStats {
@@ -618,17 +417,19 @@ class PoolCore {
         retiring: worker.retiring,
       });
     }
-    const recycled = this.#recycled.tasks + this.#recycled.memory +
-      this.#recycled.watch + this.#recycled.invalidate + this.#recycled.crash;
+    const recycledBy = this.recycleStats();
+    const recycled = recycledBy.tasks + recycledBy.memory + recycledBy.watch +
+      recycledBy.invalidate + recycledBy.crash;
     return {
       workers: this.#workers.size,
       busy,
       idle: this.#workers.size - busy,
       starting: this.#starting,
-      queued: this.#queue.length,
-      ...this.#stats,
+      queued: this.queue.length,
+      ...this.callStats(),
       recycled,
-      recycledBy: { ...this.#recycled },
+      recycledBy,
+      reaped: this.#reaped,
       perWorker,
     };
   }
@@ -669,17 +470,12 @@ export function pool<D = unknown>(
   options: PoolOptions = {},
 ): Pool<D> {
   const adapter = detect();
-  const resolved = resolveWorkerOptions(module, options, adapter, [
-    ...STATE_OPTION_KEYS,
-    "max",
-    "min",
-    "prewarm",
-    "idleTimeoutMs",
-    "maxTasksPerWorker",
-    "maxRssBytes",
-    "maxQueue",
-    "concurrency",
-  ]);
+  const resolved = resolveWorkerOptions(
+    module,
+    options,
+    adapter,
+    POOL_OPTION_KEYS,
+  );
   const limits = resolvePoolOptions(options);
   const tracker = resolveTracker(
     options,

@@ -1,60 +1,59 @@
 /**
  * `session`: one long-lived worker process with concurrent calls, per-call
  * deadlines, cancellation, crash recovery with `setup` replay, a real
- * `restart()` and a draining `close()`.
+ * `restart()` and a draining (or forced) `close()`. Admission, lost-call
+ * retries, abort and counters come from the shared mode core (`_mode.ts`).
  *
  * @module
  */
 
-import { SessionClosedError } from "../errors.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import {
-  type CallRecord,
-  type Connection,
-  type ConnectionEvents,
-  type ConnectionExit,
-  crashError,
+import type {
+  CallRecord,
+  Connection,
+  ConnectionEvents,
+  ConnectionExit,
 } from "./connection.ts";
-import { onCallAbort, type PendingCall, prepareCall } from "./_call.ts";
+import type { PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
+import { ModeCore } from "./_mode.ts";
 import {
   type CallOptions,
+  type CloseOptions,
   type ResolvedWorkerOptions,
-  resolveWorkerOptions,
-  type WorkerOptions,
+  SESSION_OPTION_KEYS,
+  type SessionOptions,
 } from "./options.ts";
+import { resolveWorkerOptions } from "./_resolve_options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
 import {
-  type RecycleCounts,
   resolveTracker,
-  STATE_OPTION_KEYS,
-  type StateOptions,
   type StateStamp,
   type StateTracker,
 } from "./state_scope.ts";
-
-/** Options of {@linkcode session}. */
-export interface SessionOptions extends WorkerOptions, StateOptions {}
+import type { CallStats, RecycleCounts } from "./stats.ts";
 
 /** What {@linkcode Session.stats} reports. */
-export interface SessionStats {
+export interface SessionStats extends CallStats {
   /** The current worker's pid, or `undefined` when none runs. */
   pid: number | undefined;
   /** Its resident memory (OS figure) in bytes, when it can be read. */
   rssBytes: number | undefined;
-  /** Calls admitted since the session opened. */
-  calls: number;
-  /** Calls that settled with a value. */
-  completed: number;
-  /** Calls that settled with an error (remote, timeout, crash, cancel). */
+  /**
+   * Same as `failed`.
+   *
+   * @deprecated Use `failed`, the name pools use too.
+   */
   failures: number;
   /** Workers started after the first (restarts, crash recovery, replacements). */
   restarts: number;
-  /** Workers that exited without being asked to. */
+  /**
+   * Same as `crashed`.
+   *
+   * @deprecated Use `crashed`, the name pools use too.
+   */
   crashes: number;
-  /** Calls that passed their deadline. */
-  timeouts: number;
   /** Milliseconds the current worker has been running (0 when none). */
   uptimeMs: number;
   /** Calls written to the worker and not yet answered. */
@@ -85,9 +84,14 @@ export interface SessionHandle<D = unknown> {
   /**
    * Stops admitting calls, lets admitted ones finish, asks the worker to
    * exit (then SIGTERM, then SIGKILL after `closeGraceMs` each), and settles
-   * once the process is gone. Idempotent.
+   * once the process is gone. With `{ force: true }`, or once `timeoutMs`
+   * (default: the `closeTimeoutMs` option) has passed, calls still queued or
+   * running reject with `SessionClosedError` and the worker is killed.
+   * Idempotent: a later `close({ force: true })` ends a drain in progress.
+   *
+   * @param options `force` to end running calls now, `timeoutMs` to bound the drain.
    */
-  close(): Promise<void>;
+  close(options?: CloseOptions): Promise<void>;
   /** Same as `close()`, for `await using`. */
   [Symbol.asyncDispose](): Promise<void>;
   /**
@@ -105,40 +109,21 @@ export interface SessionHandle<D = unknown> {
 /** A session: the control surface plus one method per handler. */
 export type Session<D = unknown> = SessionHandle<D> & WorkerApi<D>;
 
-class SessionCore implements ConnectionEvents {
-  readonly options: ResolvedWorkerOptions;
-  readonly adapter: RuntimeAdapter;
+class SessionCore extends ModeCore implements ConnectionEvents {
   readonly tracker: StateTracker;
   #conn: Connection | undefined;
   #stamp: StateStamp | undefined;
-  #recycled: RecycleCounts = {
-    tasks: 0,
-    memory: 0,
-    watch: 0,
-    invalidate: 0,
-    crash: 0,
-  };
   #starting: Promise<Connection> | undefined;
   #restarting: Promise<void> | undefined;
-  #queue: PendingCall[] = [];
-  #closing: Promise<void> | undefined;
   #everStarted = false;
-  #stats = {
-    calls: 0,
-    completed: 0,
-    failures: 0,
-    restarts: 0,
-    crashes: 0,
-    timeouts: 0,
-  };
+  #restarts = 0;
 
   constructor(
     options: ResolvedWorkerOptions,
     adapter: RuntimeAdapter,
     tracker: StateTracker,
   ) {
-    this.options = options;
-    this.adapter = adapter;
+    super("session", options, adapter);
     this.tracker = tracker;
   }
 
@@ -152,7 +137,7 @@ class SessionCore implements ConnectionEvents {
     const starting = launchWorker(this.options, this.adapter, this).then(
       (conn) => {
         this.#stamp = stamp;
-        if (this.#everStarted) this.#stats.restarts++;
+        if (this.#everStarted) this.#restarts++;
         this.#everStarted = true;
         this.#starting = undefined;
         this.#adopt(conn);
@@ -160,9 +145,7 @@ class SessionCore implements ConnectionEvents {
       },
       (error: unknown) => {
         this.#starting = undefined;
-        const queued = this.#queue;
-        this.#queue = [];
-        for (const call of queued) call.reject(error);
+        this.failQueued(error);
         throw error;
       },
     );
@@ -173,109 +156,62 @@ class SessionCore implements ConnectionEvents {
 
   #adopt(conn: Connection): void {
     this.#conn = conn;
+    this.adopted(conn);
     conn.closed.then((exit) => {
       if (this.#conn === conn) this.#conn = undefined;
-      if (!exit.requested) {
-        this.#stats.crashes++;
-        this.#recycled.crash++;
-      }
-      if (this.#queue.length > 0 && !this.#restarting && !this.#closing) {
+      this.exited(exit);
+      if (this.queue.length > 0 && !this.#restarting && !this.closing) {
         this.start().catch(() => {});
       }
     });
-    if (!this.#restarting) this.#flush();
+    // Closed with force while it started: it serves nothing.
+    if (this.forced) conn.kill("closed with force", true);
+    else if (!this.#restarting) this.#flush();
   }
 
   #flush(): void {
     const conn = this.#conn;
     if (!conn || !conn.alive) return;
-    const queued = this.#queue;
-    this.#queue = [];
+    const queued = this.queue;
+    this.queue = [];
     for (const call of queued) {
-      if (!call.settled) conn.send(call);
+      if (!call.settled) this.send(conn, call);
     }
   }
 
-  call(op: string, args: unknown[], options?: CallOptions): Promise<unknown> {
-    if (this.#closing) {
-      return Promise.reject(
-        new SessionClosedError({ module: this.options.label, op }),
-      );
-    }
-    let call: PendingCall;
-    try {
-      call = prepareCall(op, args, options, this.options);
-    } catch (error: unknown) {
-      return Promise.reject(error);
-    }
-    this.#stats.calls++;
-    call.promise.then(
-      () => this.#stats.completed++,
-      () => this.#stats.failures++,
-    );
-    onCallAbort(call, () => this.#abort(call));
-    if (!call.settled) this.#dispatch(call);
-    return call.promise;
+  protected override connections(): Iterable<Connection> {
+    return this.#conn ? [this.#conn] : [];
   }
 
-  #abort(call: PendingCall): void {
-    const reason = call.signal?.reason;
-    const index = this.#queue.indexOf(call);
-    if (index !== -1) {
-      this.#queue.splice(index, 1);
-      call.reject(reason);
-      return;
-    }
-    if (this.#conn?.cancel(call, reason)) return;
-    call.reject(reason);
+  protected override canRetry(): boolean {
+    return !this.closing;
   }
 
-  #dispatch(call: PendingCall): void {
+  protected override admit(call: PendingCall): void {
     const conn = this.#conn;
     if (conn && conn.alive && !this.#restarting && !conn.stopping) {
       const cause = this.tracker.active && this.#stamp
         ? this.tracker.staleness(this.#stamp, this.tracker.stamp())
         : undefined;
       if (!cause) {
-        conn.send(call);
+        this.send(conn, call);
         return;
       }
-      this.#recycled[cause]++;
-      this.#queue.push(call);
+      this.recycled[cause]++;
+      this.queue.push(call);
       this.#replace().catch(() => {});
       return;
     }
-    this.#queue.push(call);
+    this.queue.push(call);
     if (!this.#restarting && !this.#starting) this.start().catch(() => {});
   }
 
   onLost(calls: CallRecord[], exit: ConnectionExit): void {
-    const conn = this.#conn;
-    for (const record of calls) {
-      const call = record as PendingCall;
-      if (call.settled) continue;
-      const idempotent = call.idempotent ||
-        (conn?.hello?.idempotent.includes(call.op) ?? false);
-      if (
-        idempotent && call.attempts <= this.options.maxRetries && !this.#closing
-      ) {
-        this.#queue.push(call);
-      } else {
-        call.reject(crashError(this.options.label, call, exit));
-      }
-    }
-  }
-
-  onTimeout(): void {
-    this.#stats.timeouts++;
+    this.queue.push(...this.lost(calls, exit));
   }
 
   restart(): Promise<void> {
-    if (this.#closing) {
-      return Promise.reject(
-        new SessionClosedError({ module: this.options.label, op: "restart" }),
-      );
-    }
+    if (this.closing) return Promise.reject(this.closedError("restart"));
     return this.#replace();
   }
 
@@ -306,39 +242,34 @@ class SessionCore implements ConnectionEvents {
     return restarting;
   }
 
-  close(): Promise<void> {
-    if (this.#closing) return this.#closing;
-    const closing = (async () => {
-      await this.#restarting?.catch(() => {});
-      await this.#starting?.catch(() => {});
-      this.#flush();
-      const conn = this.#conn;
-      if (conn) {
-        await conn.idle();
-        await conn.shutdown(this.options.closeGraceMs);
-      }
-      const queued = this.#queue;
-      this.#queue = [];
-      for (const call of queued) {
-        call.reject(
-          new SessionClosedError({ module: this.options.label, op: call.op }),
-        );
-      }
-    })();
-    this.#closing = closing;
-    return closing;
+  protected override async drainAndStop(): Promise<void> {
+    await this.#restarting?.catch(() => {});
+    await this.#starting?.catch(() => {});
+    this.#flush();
+    const conn = this.#conn;
+    if (conn) {
+      await conn.idle();
+      await conn.shutdown(this.options.closeGraceMs);
+    }
+    const queued = this.queue;
+    this.queue = [];
+    for (const call of queued) call.reject(this.closedError(call.op));
   }
 
   stats(): SessionStats {
     const conn = this.#conn?.alive ? this.#conn : undefined;
+    const counters = this.callStats();
     return {
       pid: conn?.pid,
       rssBytes: conn?.rssBytes(),
-      ...this.#stats,
+      ...counters,
+      failures: counters.failed,
+      restarts: this.#restarts,
+      crashes: counters.crashed,
       uptimeMs: conn ? Date.now() - conn.startedAt : 0,
       inFlight: conn?.inFlight ?? 0,
-      queued: this.#queue.length,
-      recycledBy: { ...this.#recycled },
+      queued: this.queue.length,
+      recycledBy: this.recycleStats(),
     };
   }
 }
@@ -382,7 +313,7 @@ export async function session<D = unknown>(
     module,
     options,
     adapter,
-    STATE_OPTION_KEYS,
+    SESSION_OPTION_KEYS,
   );
   const tracker = resolveTracker(
     options,
@@ -396,7 +327,7 @@ export async function session<D = unknown>(
   const handle: SessionHandle<D> = {
     call: call as WorkerCall<D>,
     restart: () => core.restart(),
-    close: () => core.close(),
+    close: (closeOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
     invalidate: () => core.invalidate(),
     get pid() {

@@ -7,9 +7,8 @@
  * @module
  */
 
-import { isAbsolute, resolve as resolvePath } from "node:path";
-import { fileURLToPath } from "node:url";
 import { detect } from "../runtime/detect.ts";
+import { describe, toPath } from "../_validate.ts";
 
 const SCOPE = Symbol.for("airlock.stateScope");
 
@@ -49,26 +48,9 @@ export function resolvePaths(
 ): string[] {
   if (value === undefined) return [];
   const list = Array.isArray(value) ? value : [value];
-  return list.map((item: unknown, index) => {
-    const where = Array.isArray(value) ? `${name}[${index}]` : name;
-    if (item instanceof URL) {
-      if (item.protocol !== "file:") {
-        throw new TypeError(
-          `Invalid option "${where}": expected a file URL or path, received ${item.href}`,
-        );
-      }
-      return fileURLToPath(item);
-    }
-    if (typeof item !== "string" || item === "") {
-      throw new TypeError(
-        `Invalid option "${where}": expected a path or file URL, received ${
-          typeof item === "string" ? '""' : String(item)
-        }`,
-      );
-    }
-    if (item.startsWith("file:")) return fileURLToPath(item);
-    return isAbsolute(item) ? item : resolvePath(cwd, item);
-  });
+  return list.map((item: unknown, index) =>
+    toPath(Array.isArray(value) ? `${name}[${index}]` : name, item, cwd)
+  );
 }
 
 /**
@@ -202,20 +184,6 @@ export class StateTracker {
   }
 }
 
-/** Recycles by cause. */
-export interface RecycleCounts {
-  /** After `maxTasksPerWorker` calls. */
-  tasks: number;
-  /** Over `maxRssBytes`. */
-  memory: number;
-  /** A watched path changed. */
-  watch: number;
-  /** `invalidate()` on the pool or a scope. */
-  invalidate: number;
-  /** The worker died and was replaced. */
-  crash: number;
-}
-
 /**
  * Resolves the `scope` option.
  *
@@ -231,7 +199,7 @@ export function resolveScopes(value: unknown): StateScope[] {
       throw new TypeError(
         `Invalid option "scope${
           Array.isArray(value) ? `[${index}]` : ""
-        }": expected a stateScope(...), received ${typeof scope}`,
+        }": expected a stateScope(...), received ${describe(scope)}`,
       );
     }
     return scope;
@@ -260,9 +228,6 @@ export interface StateOptions {
    */
   scope?: StateScope | readonly StateScope[];
 }
-
-/** The keys of {@linkcode StateOptions}, for option checks. */
-export const STATE_OPTION_KEYS: readonly string[] = ["watch", "scope"];
 
 /**
  * Builds the tracker of a session or pool from its options.

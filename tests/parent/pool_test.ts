@@ -239,14 +239,57 @@ describe("pool() cancellation and close", needsWorkers(), () => {
     await p.close();
   });
 
-  test("pool() close({ force: true }) rejects queued calls with SessionClosedError", async () => {
+  test("pool() close({ force: true }) ends running and queued calls and kills the workers", async () => {
     const p = pool<typeof behaviour>(worker, { ...captureLog(), max: 1 });
-    const running = p.delay(100, "running");
+    const running = p.delay(60_000, "running");
     await until(() => p.stats().busy === 1, 30_000, "running");
+    const pids = p.stats().perWorker.map((w) => w.pid);
     const queued = p.add(1, 1);
+    const started = Date.now();
     await p.close({ force: true });
-    assert.equal(await running, "running");
-    assert.ok((await queued.catch((e) => e)) instanceof SessionClosedError);
+    assert.ok(
+      Date.now() - started < 30_000,
+      "close() did not wait for the call",
+    );
+    for (const pid of pids) assert.equal(isAlive(pid), false);
+    for (
+      const settled of [
+        await running.catch((e) => e),
+        await queued.catch((e) => e),
+      ]
+    ) {
+      assert.ok(settled instanceof SessionClosedError, String(settled));
+      assert.equal(settled.kind, "pool");
+    }
+    assert.equal(p.stats().workers, 0);
+    assert.equal(p.stats().crashed, 0, "a forced kill is not a crash");
+  });
+
+  test("pool() closeTimeoutMs bounds a plain close(), then ends the running call", async () => {
+    const p = pool<typeof behaviour>(worker, {
+      ...captureLog(),
+      max: 1,
+      closeTimeoutMs: 200,
+    });
+    const quick = p.delay(1, "quick");
+    const running = p.delay(60_000, "running");
+    await until(() => p.stats().completed === 1, 30_000, "quick done");
+    const pid = p.stats().perWorker[0]!.pid;
+    await p.close();
+    assert.equal(await quick, "quick");
+    const error = await running.catch((e) => e);
+    assert.ok(error instanceof SessionClosedError, String(error));
+    assert.equal(isAlive(pid), false);
+  });
+
+  test("pool() close({ force: true }) ends a plain close() that is draining", async () => {
+    const p = pool<typeof behaviour>(worker, { ...captureLog(), max: 1 });
+    const running = p.delay(60_000, "running");
+    await until(() => p.stats().busy === 1, 30_000, "running");
+    const draining = p.close();
+    const forced = p.close({ force: true });
+    await Promise.all([draining, forced]);
+    assert.ok((await running.catch((e) => e)) instanceof SessionClosedError);
   });
 
   test("pool() refuses invalid pool options before anything spawns", () => {

@@ -161,7 +161,8 @@ describe("session() crashes", needsWorkers(), () => {
     }
     assert.equal(await s.add(1, 2), 3);
     assert.notEqual(s.pid, before);
-    assert.equal(s.stats().crashes, 1);
+    assert.equal(s.stats().crashed, 1);
+    assert.equal(s.stats().crashes, 1, "the deprecated alias still counts");
     assert.equal(s.stats().restarts, 1);
   });
 
@@ -357,6 +358,52 @@ describe("session() restart and close", needsWorkers(), () => {
     assert.ok(restart instanceof SessionClosedError);
   });
 
+  test("session() close({ force: true }) ends running calls, kills the worker and resolves once it is gone", async () => {
+    const s = await session<typeof behaviour>(worker, captureLog());
+    const pid = s.pid!;
+    const running = s.delay(60_000, "running");
+    await until(() => s.stats().inFlight === 1, 30_000, "running");
+    const started = Date.now();
+    await s.close({ force: true });
+    assert.ok(
+      Date.now() - started < 30_000,
+      "close() did not wait for the call",
+    );
+    assert.equal(isAlive(pid), false);
+    const error = await running.then(() => undefined, (e) => e);
+    assert.ok(error instanceof SessionClosedError, String(error));
+    assert.equal(error.kind, "session");
+    assert.equal(error.op, "delay");
+    assert.equal(s.stats().crashed, 0, "a forced kill is not a crash");
+    assert.equal(s.stats().failed, 1);
+  });
+
+  test("session() closeTimeoutMs bounds a plain close(): finished calls keep their value, the rest end", async () => {
+    const s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      closeTimeoutMs: 200,
+    });
+    const pid = s.pid!;
+    const quick = s.delay(1, "quick");
+    const running = s.delay(60_000, "running");
+    await s.close();
+    assert.equal(await quick, "quick");
+    assert.ok((await running.catch((e) => e)) instanceof SessionClosedError);
+    assert.equal(isAlive(pid), false);
+  });
+
+  test("session() close({ timeoutMs }) overrides closeTimeoutMs, and refuses a bad value", async () => {
+    const s = await session<typeof behaviour>(worker, captureLog());
+    await assert.rejects(s.close({ timeoutMs: -1 }), RangeError);
+    await assert.rejects(
+      s.close({ forse: true } as unknown as { force: boolean }),
+      TypeError,
+    );
+    const running = s.delay(60_000, "running");
+    await s.close({ timeoutMs: 100 });
+    assert.ok((await running.catch((e) => e)) instanceof SessionClosedError);
+  });
+
   test("session() close() frees a SQLite lock for a new session at once", async () => {
     const dir = scratch();
     try {
@@ -456,11 +503,11 @@ describe("session() start failures", needsWorkers(), () => {
       [{ callTimeoutMs: Number.NaN }, RangeError],
       [{ startTimeoutMs: Infinity }, RangeError],
       [{ callTimeoutMs: "5" }, TypeError],
-      [{ runtime: "node" }, TypeError],
+      [{ runtime: "node" }, RangeError],
       [{ maxRetries: 1.5 }, RangeError],
       [{ env: { A: 1 } }, TypeError],
       [{ setup: [[1]] }, TypeError],
-      [{ sandbox: "maybe" }, TypeError],
+      [{ sandbox: "maybe" }, RangeError],
       [{ callTimeOutMs: 5 }, TypeError],
       [{ max: 2 }, TypeError],
     ];

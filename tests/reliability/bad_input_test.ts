@@ -46,9 +46,9 @@ const COMMON: Case[] = [
   [{ maxFrameBytes: 100 }, RangeError, "maxFrameBytes", "100"],
   [{ maxFrameBytes: 0 }, RangeError, "maxFrameBytes", "0"],
   [{ maxFrameBytes: "big" }, TypeError, "maxFrameBytes", '"big"'],
-  [{ runtime: "node" }, TypeError, "runtime", '"node"'],
+  [{ runtime: "node" }, RangeError, "runtime", '"node"'],
   [{ runtime: 5 }, TypeError, "runtime", "5"],
-  [{ sandbox: "maybe" }, TypeError, "sandbox", '"maybe"'],
+  [{ sandbox: "maybe" }, RangeError, "sandbox", '"maybe"'],
   [{ env: { A: 1 } }, TypeError, "env.A", "1"],
   [{ env: "x" }, TypeError, "env", '"x"'],
   [{ inheritEnv: "PATH" }, TypeError, "inheritEnv", '"PATH"'],
@@ -89,7 +89,7 @@ const POOL: Case[] = [
   [{ concurrency: 0 }, RangeError, "concurrency", "0"],
   [{ concurrency: "2" }, TypeError, "concurrency", '"2"'],
   [{ watch: 5 }, TypeError, "watch", "5"],
-  [{ scope: 5 }, TypeError, "scope", "number"],
+  [{ scope: 5 }, TypeError, "scope", "5"],
 ];
 
 function escape(text: string): string {

@@ -1,0 +1,343 @@
+/**
+ * The core every mode shares: call admission (closed check, option check,
+ * counters, abort wiring), the retry-or-reject decision for calls lost with
+ * a worker, abort of queued and running calls, the start-failure handler,
+ * the crash and recycle counters, and `close()` with its `force` and
+ * `closeTimeoutMs`. `session` and `pool` extend it with how they place calls
+ * on workers. Private to src/parent.
+ *
+ * @module
+ */
+
+import { SessionClosedError } from "../errors.ts";
+import type { RuntimeAdapter } from "../runtime/types.ts";
+import {
+  type CallRecord,
+  type Connection,
+  type ConnectionExit,
+  crashError,
+} from "./connection.ts";
+import { onCallAbort, type PendingCall, prepareCall } from "./_call.ts";
+import type {
+  CallOptions,
+  CloseOptions,
+  ResolvedWorkerOptions,
+} from "./options.ts";
+import { resolveCloseOptions } from "./_resolve_options.ts";
+import type { CallStats, RecycleCounts } from "./stats.ts";
+
+/** Which kind of handle a core serves (also `SessionClosedError.kind`). */
+export type ModeKind = "session" | "pool" | "oneShot";
+
+/** Why `close()` ended calls instead of letting them finish. */
+const FORCED_REASON = "closed with force";
+
+/**
+ * The shared part of a session or pool. Subclasses place admitted calls on
+ * workers ({@linkcode ModeCore.admit}), list their live connections, and
+ * drain and stop their workers on close.
+ */
+export abstract class ModeCore {
+  /** What kind of handle this is, for errors. */
+  readonly kind: ModeKind;
+  /** The resolved options. */
+  readonly options: ResolvedWorkerOptions;
+  /** The parent's runtime. */
+  readonly adapter: RuntimeAdapter;
+  /** Calls waiting for a worker, in order. */
+  protected queue: PendingCall[] = [];
+  /** Set once `close()` was called: the drain-and-stop in progress. */
+  protected closing: Promise<void> | undefined;
+  /** Whether `close()` ended calls instead of draining them. */
+  protected forced = false;
+  /** Call and crash counters. */
+  protected readonly counters: CallStats = {
+    calls: 0,
+    completed: 0,
+    failed: 0,
+    crashed: 0,
+    timeouts: 0,
+  };
+  /** Workers replaced, by cause. */
+  protected readonly recycled: RecycleCounts = {
+    tasks: 0,
+    memory: 0,
+    watch: 0,
+    invalidate: 0,
+    crash: 0,
+  };
+  /**
+   * Ops the workers declare idempotent in `defineWorker`, learned from each
+   * worker's hello: a lost call is judged by what its module declared, not
+   * by whichever worker happens to be current when the loss is reported.
+   */
+  readonly #declaredIdempotent = new Set<string>();
+  /** Admitted calls not yet settled (so `force` can end them). */
+  readonly #unsettled = new Set<PendingCall>();
+
+  /**
+   * Creates the shared core.
+   *
+   * @param kind The kind of handle.
+   * @param options The resolved options.
+   * @param adapter The parent's runtime.
+   */
+  constructor(
+    kind: ModeKind,
+    options: ResolvedWorkerOptions,
+    adapter: RuntimeAdapter,
+  ) {
+    this.kind = kind;
+    this.options = options;
+    this.adapter = adapter;
+  }
+
+  /**
+   * Places an admitted, unsettled call: runs it or queues it.
+   *
+   * @param call The call.
+   */
+  protected abstract admit(call: PendingCall): void;
+
+  /**
+   * The connections that may be running calls now.
+   *
+   * @returns The connections.
+   */
+  protected abstract connections(): Iterable<Connection>;
+
+  /**
+   * Drains admitted calls (unless forced meanwhile) and stops every worker;
+   * settles once their processes are gone.
+   *
+   * @returns A promise.
+   */
+  protected abstract drainAndStop(): Promise<void>;
+
+  /**
+   * Refuses a call at once, before it is admitted (e.g. a full pool queue).
+   *
+   * @param _op The op.
+   * @returns The error to reject with, or `undefined` to admit the call.
+   */
+  protected refuse(_op: string): Error | undefined {
+    return undefined;
+  }
+
+  /** Called when a call left the queue without running (abort, close). */
+  protected queueChanged(): void {}
+
+  /**
+   * Whether calls lost with a worker may be retried now.
+   *
+   * @returns Whether to retry.
+   */
+  protected canRetry(): boolean {
+    return !this.forced;
+  }
+
+  /**
+   * The error of a call refused or ended because the handle is closed.
+   *
+   * @param op The op, if any.
+   * @returns The error.
+   */
+  closedError(op?: string): SessionClosedError {
+    return new SessionClosedError({
+      module: this.options.label,
+      op,
+      kind: this.kind,
+    });
+  }
+
+  /**
+   * Admits a call: refuses it when closed, checks its options, counts it,
+   * wires its signal, and hands it to {@linkcode ModeCore.admit}.
+   *
+   * @param op The op.
+   * @param args Its arguments.
+   * @param options The call's options.
+   * @returns What the handler returned.
+   */
+  call(op: string, args: unknown[], options?: CallOptions): Promise<unknown> {
+    if (this.closing) return Promise.reject(this.closedError(op));
+    const refused = this.refuse(op);
+    if (refused) return Promise.reject(refused);
+    let call: PendingCall;
+    try {
+      call = prepareCall(op, args, options, this.options);
+    } catch (error: unknown) {
+      return Promise.reject(error);
+    }
+    this.counters.calls++;
+    this.#unsettled.add(call);
+    call.promise.then(
+      () => {
+        this.counters.completed++;
+        this.#unsettled.delete(call);
+      },
+      () => {
+        this.counters.failed++;
+        this.#unsettled.delete(call);
+      },
+    );
+    onCallAbort(call, () => this.#abort(call));
+    if (!call.settled) this.admit(call);
+    return call.promise;
+  }
+
+  /** Aborts a call: out of the queue, or cancelled in its worker. */
+  #abort(call: PendingCall): void {
+    const reason = call.signal?.reason;
+    const index = this.queue.indexOf(call);
+    if (index !== -1) {
+      // Queued: removed without touching any worker.
+      this.queue.splice(index, 1);
+      call.reject(reason);
+      this.queueChanged();
+      return;
+    }
+    for (const conn of this.connections()) {
+      if (conn.cancel(call, reason)) return;
+    }
+    call.reject(reason);
+  }
+
+  /**
+   * Writes a call to a worker, recording the worker's pid on the call.
+   *
+   * @param conn The worker.
+   * @param call The call.
+   */
+  protected send(conn: Connection, call: PendingCall): void {
+    call.pids.push(conn.pid);
+    conn.send(call);
+  }
+
+  /**
+   * Learns what a newly ready worker declares.
+   *
+   * @param conn The worker.
+   */
+  protected adopted(conn: Connection): void {
+    for (const op of conn.hello?.idempotent ?? []) {
+      this.#declaredIdempotent.add(op);
+    }
+  }
+
+  /**
+   * Counts a worker's exit.
+   *
+   * @param exit How it ended.
+   */
+  protected exited(exit: ConnectionExit): void {
+    if (exit.requested) return;
+    this.counters.crashed++;
+    this.recycled.crash++;
+  }
+
+  /**
+   * Decides the fate of calls lost with a worker: a call to an idempotent op
+   * with attempts left is returned for a retry; any other fails with the
+   * crash.
+   *
+   * @param calls The calls the worker was running.
+   * @param exit How it ended.
+   * @returns The calls to retry, in order.
+   */
+  protected lost(calls: CallRecord[], exit: ConnectionExit): PendingCall[] {
+    const retry: PendingCall[] = [];
+    const retrying = this.canRetry();
+    for (const record of calls) {
+      const call = record as PendingCall;
+      if (call.settled) continue;
+      const idempotent = call.idempotent ||
+        this.#declaredIdempotent.has(call.op);
+      if (idempotent && retrying && call.attempts <= this.options.maxRetries) {
+        retry.push(call);
+      } else {
+        call.reject(crashError(this.options.label, call, exit));
+      }
+    }
+    return retry;
+  }
+
+  /**
+   * The start-failure handler: nothing can serve the queued calls, so they
+   * fail with the start's error (the next call tries a new start).
+   *
+   * @param error Why the start failed.
+   */
+  protected failQueued(error: unknown): void {
+    const queued = this.queue;
+    this.queue = [];
+    for (const call of queued) call.reject(error);
+    this.queueChanged();
+  }
+
+  /** Counts a call that passed its deadline. */
+  onTimeout(): void {
+    this.counters.timeouts++;
+  }
+
+  /**
+   * Ends every admitted call now: queued and running calls reject with the
+   * closed error and every worker is killed (their exits are requested).
+   */
+  protected force(): void {
+    if (this.forced) return;
+    this.forced = true;
+    this.queue = [];
+    for (const call of [...this.#unsettled]) {
+      call.reject(this.closedError(call.op));
+    }
+    for (const conn of this.connections()) conn.kill(FORCED_REASON, true);
+    this.queueChanged();
+  }
+
+  /**
+   * Stops admitting calls, drains (bounded by `timeoutMs` or
+   * `closeTimeoutMs`, or not at all with `force`) and stops every worker.
+   * Idempotent; a later `close({ force: true })` ends a drain in progress.
+   *
+   * @param options `force` and `timeoutMs`.
+   * @returns Settles once every worker process is gone.
+   */
+  close(options?: CloseOptions): Promise<void> {
+    let resolved: { force: boolean; timeoutMs: number };
+    try {
+      resolved = resolveCloseOptions(options, this.options.closeTimeoutMs);
+    } catch (error: unknown) {
+      return Promise.reject(error);
+    }
+    if (!this.closing) {
+      this.closing = this.drainAndStop();
+      this.closing.catch(() => {});
+    }
+    if (resolved.force) this.force();
+    else if (resolved.timeoutMs > 0 && !this.forced) {
+      const timer = setTimeout(() => this.force(), resolved.timeoutMs);
+      const clear = () => clearTimeout(timer);
+      this.closing.then(clear, clear);
+    }
+    return this.closing;
+  }
+
+  /**
+   * The counters with their shared names.
+   *
+   * @returns A copy.
+   */
+  protected callStats(): CallStats {
+    return { ...this.counters };
+  }
+
+  /**
+   * The recycle counters.
+   *
+   * @returns A copy.
+   */
+  protected recycleStats(): RecycleCounts {
+    return { ...this.recycled };
+  }
+}

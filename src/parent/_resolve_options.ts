@@ -1,0 +1,381 @@
+/**
+ * Resolution of the options of `oneShot`, `session` and `pool`: copies the
+ * input, checks it with the validation kit (`src/_validate.ts`, which also
+ * states the `TypeError` versus `RangeError` rule), fills defaults from
+ * {@linkcode DEFAULTS} and returns a fully required form. Nothing is spawned
+ * before validation passes. Private to src/parent.
+ *
+ * @module
+ */
+
+import { basename, isAbsolute, resolve as resolvePath } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { existsSync, statSync } from "node:fs";
+import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
+import type { LogSink } from "./connection.ts";
+import { resolvePermissions } from "../runtime/permissions.ts";
+import { isEmbeddedPath } from "../runtime/self_exec.ts";
+import {
+  checkKnownKeys,
+  describe,
+  invalid,
+  milliseconds,
+  oneOf,
+  stringList,
+  toPath,
+  wholeNumber,
+} from "../_validate.ts";
+import {
+  type CallOptions,
+  CLOSE_OPTION_KEYS,
+  type CloseOptions,
+  DEFAULTS,
+  type PoolOptions,
+  type ResolvedPoolOptions,
+  type ResolvedWorkerOptions,
+  RUNTIME_OPTIONS,
+  SANDBOX_OPTIONS,
+  type SetupCall,
+  WORKER_OPTION_KEYS,
+  type WorkerOptions,
+} from "./options.ts";
+
+/**
+ * Turns the `module` argument into a URL: a `URL`, a URL string, or a path
+ * (relative to the parent's working directory).
+ *
+ * @param module The argument.
+ * @param cwd The parent's working directory.
+ * @returns The module URL.
+ * @throws {TypeError} when it is not a URL or path, or the file does not exist.
+ */
+export function resolveModule(module: unknown, cwd: string): URL {
+  let url: URL;
+  if (module instanceof URL) {
+    url = module;
+  } else if (typeof module === "string" && module !== "") {
+    if (/^[a-z][a-z0-9+.-]*:/i.test(module) && !/^[a-z]:[\\/]/i.test(module)) {
+      url = new URL(module);
+    } else {
+      url = pathToFileURL(
+        isAbsolute(module) ? module : resolvePath(cwd, module),
+      );
+    }
+  } else {
+    throw new TypeError(
+      `Invalid worker module: expected a URL or a path, received ${
+        describe(module)
+      }`,
+    );
+  }
+  if (url.protocol === "file:") {
+    const path = fileURLToPath(url);
+    if (isEmbeddedPath(path)) {
+      // Inside a `bun build --compile` executable, a bundled `x.ts` is `x.js`.
+      const twin = path.replace(/\.[cm]?tsx?$/, ".js");
+      if (!existsSync(path) && !existsSync(twin)) {
+        throw new TypeError(
+          `Invalid worker module: "${path}" is not embedded in this executable; pass it to bun build --compile as an additional entrypoint`,
+        );
+      }
+      return url;
+    }
+    if (!existsSync(path) || !statSync(path).isFile()) {
+      throw new TypeError(
+        `Invalid worker module: "${path}" does not exist or is not a file`,
+      );
+    }
+  }
+  return url;
+}
+
+function defaultLogSink(adapter: RuntimeAdapter): LogSink {
+  return (line, source) => {
+    adapter.writeStderr(`[${source.module} ${source.pid}] ${line}\n`);
+  };
+}
+
+function resolveEnv(
+  options: WorkerOptions,
+  adapter: RuntimeAdapter,
+): Record<string, string> {
+  const env: Record<string, string> = {};
+  const inherit = options.inheritEnv;
+  if (inherit === true) {
+    Object.assign(env, adapter.environment());
+  } else if (inherit !== undefined && inherit !== false) {
+    for (const name of stringList("inheritEnv", inherit)) {
+      const value = adapter.env(name);
+      if (value !== undefined) env[name] = value;
+    }
+  }
+  if (options.env !== undefined) {
+    if (typeof options.env !== "object" || options.env === null) {
+      throw new TypeError(invalid("env", "an object of strings", options.env));
+    }
+    for (const [name, value] of Object.entries(options.env)) {
+      if (typeof value !== "string") {
+        throw new TypeError(invalid(`env.${name}`, "a string", value));
+      }
+      env[name] = value;
+    }
+  }
+  return env;
+}
+
+function resolveSetup(value: unknown): SetupCall[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) {
+    throw new TypeError(
+      invalid("setup", "a list of [op, ...args] calls", value),
+    );
+  }
+  return value.map((call: unknown, index) => {
+    if (!Array.isArray(call) || typeof call[0] !== "string") {
+      throw new TypeError(
+        invalid(`setup[${index}]`, "[op, ...args] with a string op", call),
+      );
+    }
+    return [...call] as unknown as SetupCall;
+  });
+}
+
+function checkObject(
+  what: string,
+  options: unknown,
+): asserts options is object {
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(
+      `Invalid ${what}: expected an object, received ${describe(options)}`,
+    );
+  }
+}
+
+/**
+ * Validates the options every mode takes and fills in their defaults.
+ *
+ * @param module The worker module (ignored with `command`).
+ * @param options The caller's options.
+ * @param adapter The parent's runtime.
+ * @param knownKeys The keys of the mode's options type.
+ * @returns The resolved options.
+ * @throws {TypeError} when an option has the wrong type or the module does not exist.
+ * @throws {RangeError} when a value is out of range.
+ */
+export function resolveWorkerOptions(
+  module: unknown,
+  options: WorkerOptions,
+  adapter: RuntimeAdapter,
+  knownKeys: readonly string[] = WORKER_OPTION_KEYS,
+): ResolvedWorkerOptions {
+  checkObject("options", options);
+  checkKnownKeys(options, knownKeys);
+  const parentCwd = adapter.cwd();
+  const cwd = options.cwd === undefined
+    ? parentCwd
+    : toPath("cwd", options.cwd, parentCwd);
+  if (options.cwd !== undefined && !existsSync(cwd)) {
+    throw new TypeError(`Invalid option "cwd": "${cwd}" does not exist`);
+  }
+  const runtime = oneOf(
+    "runtime",
+    options.runtime,
+    RUNTIME_OPTIONS,
+    DEFAULTS.runtime,
+  );
+  const sandbox = oneOf(
+    "sandbox",
+    options.sandbox,
+    SANDBOX_OPTIONS,
+    DEFAULTS.sandbox,
+  );
+  const command = options.command === undefined
+    ? undefined
+    : stringList("command", options.command);
+  if (command !== undefined && command.length === 0) {
+    throw new RangeError(
+      `Invalid option "command": expected at least the program, received an empty list`,
+    );
+  }
+  const moduleUrl = command ? undefined : resolveModule(module, parentCwd);
+  // With `command`, the module argument (if any) only names the worker.
+  const label = command
+    ? basename(
+      typeof module === "string" && module !== ""
+        ? module
+        : module instanceof URL
+        ? module.pathname
+        : command[command.length - 1] ?? "worker",
+    )
+    : basename(moduleUrl?.pathname ?? "worker");
+  const onStderr = options.onStderr;
+  if (onStderr !== undefined && typeof onStderr !== "function") {
+    throw new TypeError(invalid("onStderr", "a function", onStderr));
+  }
+  return {
+    moduleUrl,
+    label,
+    runtime: runtime === "auto" ? adapter.name : runtime as RuntimeName,
+    permissions: resolvePermissions(options.permissions, cwd),
+    sandbox,
+    env: resolveEnv(options, adapter),
+    cwd,
+    config: options.config === undefined
+      ? undefined
+      : toPath("config", options.config, parentCwd),
+    callTimeoutMs: milliseconds(
+      "callTimeoutMs",
+      options.callTimeoutMs,
+      DEFAULTS.callTimeoutMs,
+    ),
+    startTimeoutMs: milliseconds(
+      "startTimeoutMs",
+      options.startTimeoutMs,
+      DEFAULTS.startTimeoutMs,
+    ),
+    maxRetries: wholeNumber(
+      "maxRetries",
+      options.maxRetries,
+      DEFAULTS.maxRetries,
+      0,
+    ),
+    setup: resolveSetup(options.setup),
+    idempotent: new Set(stringList("idempotent", options.idempotent)),
+    cancelGraceMs: milliseconds(
+      "cancelGraceMs",
+      options.cancelGraceMs,
+      DEFAULTS.cancelGraceMs,
+    ),
+    closeGraceMs: milliseconds(
+      "closeGraceMs",
+      options.closeGraceMs,
+      DEFAULTS.closeGraceMs,
+      false,
+    ),
+    closeTimeoutMs: milliseconds(
+      "closeTimeoutMs",
+      options.closeTimeoutMs,
+      DEFAULTS.closeTimeoutMs,
+    ),
+    onLog: onStderr ?? defaultLogSink(adapter),
+    maxFrameBytes: wholeNumber(
+      "maxFrameBytes",
+      options.maxFrameBytes,
+      DEFAULTS.maxFrameBytes,
+      1024,
+    ),
+    command,
+    launcher: stringList("launcher", options.launcher),
+  };
+}
+
+/**
+ * Validates the options only pools take and fills in their defaults.
+ *
+ * @param options The caller's options (already checked for unknown keys).
+ * @returns The resolved pool options.
+ * @throws {TypeError} when an option has the wrong type.
+ * @throws {RangeError} when a value is out of range (`min` or `prewarm` above `max`).
+ */
+export function resolvePoolOptions(options: PoolOptions): ResolvedPoolOptions {
+  const max = wholeNumber("max", options.max, DEFAULTS.max, 1);
+  const min = wholeNumber("min", options.min, DEFAULTS.min, 0);
+  if (min > max) {
+    throw new RangeError(invalid("min", `at most max (${max})`, min));
+  }
+  let prewarm = 0;
+  if (options.prewarm === true) prewarm = Math.max(min, 1);
+  else if (options.prewarm !== undefined && options.prewarm !== false) {
+    prewarm = wholeNumber("prewarm", options.prewarm, 0, 0);
+    if (prewarm > max) {
+      throw new RangeError(invalid("prewarm", `at most max (${max})`, prewarm));
+    }
+  }
+  return {
+    max,
+    min,
+    prewarm,
+    idleTimeoutMs: milliseconds(
+      "idleTimeoutMs",
+      options.idleTimeoutMs,
+      DEFAULTS.idleTimeoutMs,
+    ),
+    maxTasksPerWorker: wholeNumber(
+      "maxTasksPerWorker",
+      options.maxTasksPerWorker,
+      DEFAULTS.maxTasksPerWorker,
+      0,
+    ),
+    maxRssBytes: wholeNumber(
+      "maxRssBytes",
+      options.maxRssBytes,
+      DEFAULTS.maxRssBytes,
+      0,
+    ),
+    maxQueue: wholeNumber(
+      "maxQueue",
+      options.maxQueue,
+      DEFAULTS.maxQueue,
+      0,
+    ),
+    concurrency: wholeNumber(
+      "concurrency",
+      options.concurrency,
+      DEFAULTS.concurrency,
+      1,
+    ),
+  };
+}
+
+/**
+ * Resolves the options of one call against the mode's defaults.
+ *
+ * @param options The call's options.
+ * @param callTimeoutMs The mode's default deadline.
+ * @returns The deadline and signal.
+ * @throws {TypeError} when an option has the wrong type or is unknown.
+ * @throws {RangeError} when the deadline is out of range.
+ */
+export function resolveCallOptions(
+  options: CallOptions | undefined,
+  callTimeoutMs: number,
+): { timeoutMs: number; signal: AbortSignal | undefined } {
+  if (options === undefined) {
+    return { timeoutMs: callTimeoutMs, signal: undefined };
+  }
+  checkObject("call options", options);
+  const signal = options.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TypeError(invalid("signal", "an AbortSignal", signal));
+  }
+  return {
+    timeoutMs: milliseconds("timeoutMs", options.timeoutMs, callTimeoutMs),
+    signal,
+  };
+}
+
+/**
+ * Resolves the options of `close()` against the mode's `closeTimeoutMs`.
+ *
+ * @param options The close options.
+ * @param closeTimeoutMs The mode's bound of a plain close (0: none).
+ * @returns Whether to force, and the bound in ms (0: none).
+ * @throws {TypeError} when an option has the wrong type or is unknown.
+ * @throws {RangeError} when the bound is out of range.
+ */
+export function resolveCloseOptions(
+  options: CloseOptions | undefined,
+  closeTimeoutMs: number,
+): { force: boolean; timeoutMs: number } {
+  if (options === undefined) return { force: false, timeoutMs: closeTimeoutMs };
+  checkObject("close options", options);
+  checkKnownKeys(options, CLOSE_OPTION_KEYS, "close()");
+  const force = options.force ?? false;
+  if (typeof force !== "boolean") {
+    throw new TypeError(invalid("force", "a boolean", force));
+  }
+  return {
+    force,
+    timeoutMs: milliseconds("timeoutMs", options.timeoutMs, closeTimeoutMs),
+  };
+}
