@@ -10,6 +10,7 @@
  */
 
 import { SessionClosedError } from "../errors.ts";
+import { isRunning } from "../runtime/proc.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import {
   type CallRecord,
@@ -30,7 +31,17 @@ import type { CallStats, RecycleCounts } from "./stats.ts";
 export type ModeKind = "session" | "pool" | "oneShot";
 
 /** Why `close()` ended calls instead of letting them finish. */
-const FORCED_REASON = "closed with force";
+export const FORCED_REASON = "closed with force";
+
+/**
+ * How long `close()` waits, after a worker's spawned process exited, for
+ * the worker's own process to be gone too. Inside a sandbox the worker is
+ * not the spawned process: killing the wrapper ends it (die-with-parent, its
+ * pid namespace) moments later, and no event reports that.
+ */
+const GONE_LIMIT_MS = 2_000;
+/** How often that wait looks (one read of /proc). */
+const GONE_POLL_MS = 5;
 
 /**
  * The shared part of a session or pool. Subclasses place admitted calls on
@@ -321,6 +332,25 @@ export abstract class ModeCore {
       this.closing.then(clear, clear);
     }
     return this.closing;
+  }
+
+  /**
+   * Settles once a worker's process is gone: its connection closed, and its
+   * own process (which a sandbox wrapper may outlive by moments) no longer
+   * running, within {@linkcode GONE_LIMIT_MS}. Remote workers are done when
+   * their connection closes.
+   *
+   * @param conn The worker.
+   * @returns A promise.
+   */
+  protected async gone(conn: Connection): Promise<void> {
+    await conn.closed;
+    // A worker behind a launcher runs elsewhere: its pid means nothing here.
+    if (this.options.launcher.length > 0) return;
+    const until = Date.now() + GONE_LIMIT_MS;
+    while (isRunning(conn.pid) && Date.now() < until) {
+      await new Promise((resolve) => setTimeout(resolve, GONE_POLL_MS));
+    }
   }
 
   /**

@@ -18,7 +18,7 @@ import type {
 } from "./connection.ts";
 import type { PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
-import { ModeCore } from "./_mode.ts";
+import { FORCED_REASON, ModeCore } from "./_mode.ts";
 import {
   type CallOptions,
   type CloseOptions,
@@ -186,7 +186,7 @@ class PoolCore extends ModeCore {
         this.#workers.add(worker);
         conn.closed.then((exit) => this.#onExit(worker, exit));
         if (this.forced) {
-          conn.kill("closed with force", true);
+          conn.kill(FORCED_REASON, true);
         } else if (this.closing && this.queue.length === 0) {
           this.#retire(worker);
         } else {
@@ -395,9 +395,9 @@ class PoolCore extends ModeCore {
     while (this.#starts.size > 0 || this.#workers.size > 0) {
       const exits: Promise<unknown>[] = [...this.#starts];
       for (const worker of this.#workers) {
-        if (this.forced) worker.conn.kill("closed with force", true);
+        if (this.forced) worker.conn.kill(FORCED_REASON, true);
         else this.#retire(worker);
-        exits.push(worker.conn.closed);
+        exits.push(this.gone(worker.conn));
       }
       await Promise.all(exits);
     }

@@ -17,7 +17,7 @@ import type {
 } from "./connection.ts";
 import type { PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
-import { ModeCore } from "./_mode.ts";
+import { FORCED_REASON, ModeCore } from "./_mode.ts";
 import {
   type CallOptions,
   type CloseOptions,
@@ -165,7 +165,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
       }
     });
     // Closed with force while it started: it serves nothing.
-    if (this.forced) conn.kill("closed with force", true);
+    if (this.forced) conn.kill(FORCED_REASON, true);
     else if (!this.#restarting) this.#flush();
   }
 
@@ -250,6 +250,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
     if (conn) {
       await conn.idle();
       await conn.shutdown(this.options.closeGraceMs);
+      await this.gone(conn);
     }
     const queued = this.queue;
     this.queue = [];

@@ -24,3 +24,23 @@ export function readRssBytes(pid: number): number | undefined {
     return undefined;
   }
 }
+
+/**
+ * Whether a process is still running: it exists and is neither a zombie nor
+ * dead (a process being torn down still holds its files until it is).
+ *
+ * @param pid The process.
+ * @returns `false` once it is gone or a zombie, and where /proc cannot be read.
+ */
+export function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(
+      stat.lastIndexOf(")") + 2,
+      stat.lastIndexOf(")") + 3,
+    );
+    return state !== "Z" && state !== "X" && state !== "x";
+  } catch {
+    return false;
+  }
+}
