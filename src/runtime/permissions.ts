@@ -10,6 +10,15 @@
 
 import { isAbsolute, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { describe, toPath } from "../_validate.ts";
+
+/** The kinds whose scopes are paths, and so may be given as `URL` objects. */
+const PATH_KINDS: ReadonlySet<string> = new Set([
+  "read",
+  "write",
+  "ffi",
+  "run",
+]);
 
 /**
  * What a worker may do. Each field is either `true` (everything of that
@@ -18,7 +27,8 @@ import { fileURLToPath } from "node:url";
  *
  * Path scopes (`read`, `write`, `ffi`, and `run` entries that contain a
  * slash) may be relative: they resolve against the worker's `cwd` and become
- * absolute. `file:` URLs are accepted and converted to paths. Scopes may not
+ * absolute. `file:` URLs (strings or `URL` objects, as `cwd` and `watch`
+ * take) are accepted and converted to paths. Scopes may not
  * contain a comma, which Deno's flags use as their separator.
  *
  * @example Read and write one directory, nothing else
@@ -35,7 +45,7 @@ export interface Permissions {
    *
    * @default {false}
    */
-  read?: readonly string[] | boolean;
+  read?: readonly (string | URL)[] | boolean;
   /**
    * Files and directories the worker may write, create and delete in.
    * Relative paths resolve against `cwd`. Under the OS sandbox a write grant
@@ -44,7 +54,7 @@ export interface Permissions {
    *
    * @default {false}
    */
-  write?: readonly string[] | boolean;
+  write?: readonly (string | URL)[] | boolean;
   /**
    * Hosts the worker may connect to or listen on: `"host"`, `"host:port"`,
    * `"1.2.3.4"`, `"[::1]:8080"`. The OS sandbox cannot filter by host: any
@@ -68,7 +78,7 @@ export interface Permissions {
    *
    * @default {false}
    */
-  run?: readonly string[] | boolean;
+  run?: readonly (string | URL)[] | boolean;
   /**
    * Native libraries the worker may load (Deno `dlopen`, `bun:ffi`, Node-API
    * addons), by path. Loaded native code is not confined by Deno's flags;
@@ -76,7 +86,7 @@ export interface Permissions {
    *
    * @default {false}
    */
-  ffi?: readonly string[] | boolean;
+  ffi?: readonly (string | URL)[] | boolean;
   /**
    * System information APIs the worker may call, by Deno's names
    * (`"hostname"`, `"osRelease"`, `"systemMemoryInfo"`, …). The OS sandbox
@@ -373,6 +383,10 @@ function resolveScopes(
   const scopes: string[] = [];
   value.forEach((entry: unknown, index) => {
     const at = `${name}[${index}]`;
+    if (entry instanceof URL && PATH_KINDS.has(kind)) {
+      scopes.push(resolveScope(toPath(at, entry, cwd), kind, cwd, at));
+      return;
+    }
     if (typeof entry !== "string") {
       throw new TypeError(
         `Invalid option "${at}": expected a string, received ${
@@ -449,13 +463,4 @@ function resolvePath(entry: string, cwd: string, at: string): string {
 
 function dedupe(scopes: readonly string[]): string[] {
   return [...new Set(scopes)];
-}
-
-function describe(value: unknown): string {
-  if (typeof value === "string") return JSON.stringify(value);
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
-  if (typeof value === "object") return "an object";
-  if (typeof value === "function") return "a function";
-  return `${typeof value} ${String(value)}`;
 }

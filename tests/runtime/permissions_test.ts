@@ -80,6 +80,30 @@ describe("resolvePermissions()", () => {
     assert.deepEqual(resolved.read, ["/var/data"]);
   });
 
+  test("resolvePermissions() accepts URL objects wherever a path is accepted", () => {
+    const resolved = resolvePermissions({
+      read: [new URL("file:///srv/data/")],
+      write: [new URL("file:///srv/out")],
+      ffi: [new URL("file:///usr/lib/libx.so")],
+      run: [new URL("file:///usr/bin/git")],
+    }, CWD);
+    assert.deepEqual(resolved.read, ["/srv/data"]);
+    assert.deepEqual(resolved.write, ["/srv/out"]);
+    assert.deepEqual(resolved.ffi, ["/usr/lib/libx.so"]);
+    assert.deepEqual(resolved.run, ["/usr/bin/git"]);
+    assert.throws(
+      () => resolveUnchecked({ read: [new URL("https://example.com/")] }),
+      (error: unknown) =>
+        error instanceof TypeError &&
+        error.message.includes('"permissions.read[0]"') &&
+        error.message.includes("https://example.com/"),
+    );
+    assert.throws(
+      () => resolveUnchecked({ env: [new URL("file:///x")] }),
+      TypeError,
+    );
+  });
+
   test("resolvePermissions() deduplicates scopes after resolving", () => {
     const resolved = resolvePermissions(
       {
@@ -182,7 +206,7 @@ describe("resolvePermissions()", () => {
       (error: unknown) =>
         error instanceof TypeError &&
         error.message.includes('"permissions.read[2]"') &&
-        error.message.includes("number 7"),
+        error.message.includes("received 7"),
     );
     assert.throws(
       () => resolveUnchecked({ write: ["./a", ""] }),
