@@ -54,6 +54,54 @@ function runParent(args: string[]): Promise<{ pids: number[]; code: number }> {
   });
 }
 
+/**
+ * Runs tests/fixtures/signal_parent.ts, sends it `signal` once it printed
+ * its worker pids, and collects the JSON lines it printed and its exit code.
+ */
+function signalParent(
+  signal: "SIGINT" | "SIGTERM",
+): Promise<{ lines: Record<string, unknown>[]; code: number | null }> {
+  const script = fixture("signal_parent.ts").pathname;
+  const argv = RUNTIME === "deno" ? ["run", "-A", script] : [script];
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, argv, {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    let sent = false;
+    const deadline = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(
+        new Error(
+          `parent still running after ${PARENT_DEADLINE_MS} ms (printed ${
+            JSON.stringify(out)
+          })`,
+        ),
+      );
+    }, PARENT_DEADLINE_MS);
+    child.stdout.on("data", (chunk) => {
+      out += chunk;
+      if (!sent && out.includes('"pids"')) {
+        sent = true;
+        // Not child.kill(): Deno then reports the exit code as null.
+        process.kill(child.pid!, signal);
+      }
+    });
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(deadline);
+      try {
+        const lines = out.trim().split("\n").map((line) =>
+          JSON.parse(line) as Record<string, unknown>
+        );
+        resolve({ lines, code });
+      } catch (error) {
+        reject(new Error(`parent printed ${JSON.stringify(out)}: ${error}`));
+      }
+    });
+  });
+}
+
 describe("parent exit", needsWorkers(), () => {
   test("process.exit() in the parent reaps every live worker", async () => {
     const { pids, code } = await runParent(["--exit"]);
@@ -78,4 +126,21 @@ describe("parent exit", needsWorkers(), () => {
       );
     },
   );
+
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    test(`a parent that handles ${signal} leaves its await using scopes: calls drained or ended, workers gone`, async () => {
+      const { lines, code } = await signalParent(signal);
+      assert.equal(code, 0, `exit code ${code}: ${JSON.stringify(lines)}`);
+      const [ready, got, done] = lines;
+      assert.deepEqual(got, { signal });
+      const pids = ready!.pids as number[];
+      assert.equal(pids.length, 2);
+      // The quick call finished; the minute-long ones were ended by
+      // closeTimeoutMs when the scope's disposal closed their handles.
+      assert.deepEqual(done, {
+        settled: ["SessionClosedError", "SessionClosedError", 3],
+      });
+      for (const pid of pids) assert.equal(isAlive(pid), false, `pid ${pid}`);
+    });
+  }
 });
