@@ -24,12 +24,32 @@ export function detectRuntime(): RuntimeName {
   );
 }
 
+let replacement: RuntimeAdapter | undefined;
+
 /**
- * The adapter of the runtime this code runs on.
+ * The adapter of the runtime this code runs on (or the one installed with
+ * {@linkcode replaceAdapter}).
  *
  * @returns The adapter.
  * @throws {Error} on any other runtime.
  */
 export function detect(): RuntimeAdapter {
-  return detectRuntime() === "bun" ? bunAdapter : denoAdapter;
+  return replacement ??
+    (detectRuntime() === "bun" ? bunAdapter : denoAdapter);
+}
+
+/**
+ * Makes {@linkcode detect} return `adapter` (`undefined`: the runtime's own
+ * again). For tests: an in-memory runtime that serves workers without
+ * processes (tests/_memory_adapter.ts). Not exported by the package.
+ *
+ * @param adapter The adapter to use, or `undefined`.
+ * @returns The replacement installed before.
+ */
+export function replaceAdapter(
+  adapter: RuntimeAdapter | undefined,
+): RuntimeAdapter | undefined {
+  const before = replacement;
+  replacement = adapter;
+  return before;
 }

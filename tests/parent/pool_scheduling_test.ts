@@ -1,0 +1,317 @@
+// pool() scheduling on the in-memory runtime (tests/_memory_adapter.ts):
+// the real pool, connection and serve() over in-memory streams, no
+// processes. Dispatch, queue limits, recycling, idle reaping, crashes,
+// retries, deadlines, aborts and close, in milliseconds. What needs real
+// processes (signals, memory, CPU parallelism, exit of the parent) stays in
+// pool_test.ts.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  pool,
+  PoolBusyError,
+  RemoteError,
+  SessionClosedError,
+  WorkerCrashedError,
+  WorkerStartError,
+  WorkerTimeoutError,
+} from "../../mod.ts";
+import type memory from "../fixtures/memory_worker.ts";
+import { memoryWorker } from "../fixtures/memory_worker.ts";
+import {
+  memoryRuntime,
+  type MemoryRuntimeOptions,
+} from "../_memory_adapter.ts";
+import { captureLog, fixture, rejection, until, within } from "../_helpers.ts";
+
+const MODULE = fixture("memory_worker.ts");
+const quiet = captureLog();
+
+/** An in-memory runtime whose workers are fresh memory_worker definitions. */
+function runtime(
+  idempotent: string[] = [],
+  options: MemoryRuntimeOptions = {},
+) {
+  return memoryRuntime({
+    load: (child) => ({ default: memoryWorker(child.pid, { idempotent }) }),
+    ...options,
+  });
+}
+
+describe("pool() dispatch (in memory)", () => {
+  test("pool() of max 2 given 8 slow calls never runs more than 2 workers", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 2 });
+    let most = 0;
+    const sample = () => {
+      most = Math.max(most, rt.live().length);
+    };
+    const calls = Array.from(
+      { length: 8 },
+      (_, i) => p.delay(5, i).finally(sample),
+    );
+    sample();
+    assert.deepEqual(await within(Promise.all(calls), 10_000, "8 calls"), [
+      0,
+      1,
+      2,
+      3,
+      4,
+      5,
+      6,
+      7,
+    ]);
+    assert.ok(most <= 2, `saw ${most} workers`);
+    assert.equal(rt.children.length, 2, "two spawns in all");
+    const stats = p.stats();
+    assert.equal(stats.completed, 8);
+    assert.equal(stats.queued, 0);
+    assert.equal(stats.perWorker.length, stats.workers);
+  });
+
+  test("pool() uses an idle worker before starting a new one", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 4 });
+    const first = await p.whoami();
+    assert.equal(await p.whoami(), first);
+    assert.equal(await p.whoami(), first);
+    assert.equal(rt.children.length, 1);
+    assert.equal(p.stats().workers, 1);
+  });
+
+  test("pool() recycles a worker after exactly maxTasksPerWorker calls", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      maxTasksPerWorker: 3,
+    });
+    const counts: number[] = [];
+    const pids: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      counts.push(await p.count());
+      pids.push(rt.children.at(-1)?.pid ?? -1);
+    }
+    assert.deepEqual(counts, [1, 2, 3, 1, 2, 3, 1], "a fresh worker every 3");
+    assert.equal(p.stats().recycledBy.tasks, 2);
+    await until(
+      () => rt.children.slice(0, 2).every((c) => c.status !== undefined),
+      10_000,
+      "recycled workers end",
+    );
+    assert.equal(rt.live().length, 1);
+  });
+
+  test("pool() stops idle workers after idleTimeoutMs, and keeps min alive", async () => {
+    using _rt = runtime();
+    await using keeping = pool<typeof memory>(MODULE, {
+      ...quiet,
+      idleTimeoutMs: 20,
+      min: 1,
+    });
+    await using reaping = pool<typeof memory>(MODULE, {
+      ...quiet,
+      idleTimeoutMs: 20,
+    });
+    const kept = await keeping.whoami();
+    const first = await reaping.whoami();
+    await until(() => reaping.stats().workers === 0, 10_000, "idle reap");
+    assert.equal(reaping.stats().reaped, 1);
+    // The keeping pool went idle before the reaping one and was not reaped.
+    assert.equal(keeping.stats().reaped, 0);
+    assert.equal(await keeping.whoami(), kept);
+    assert.notEqual(await reaping.whoami(), first);
+  });
+
+  test("pool() prewarm starts workers before the first call", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 3,
+      prewarm: 2,
+    });
+    await until(() => p.stats().workers === 2, 10_000, "prewarmed workers");
+    assert.equal(p.stats().completed, 0);
+    assert.equal(rt.children.length, 2);
+  });
+});
+
+describe("pool() limits and failures (in memory)", () => {
+  test("pool() rejects at once with PoolBusyError past maxQueue", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      maxQueue: 2,
+      cancelGraceMs: 10,
+    });
+    const controller = new AbortController();
+    const running = p.call("hang", [], { signal: controller.signal });
+    await until(() => p.stats().busy === 1, 10_000, "worker busy");
+    const queued = [p.add(1, 1), p.add(2, 2)];
+    const error = await rejection(p.add(3, 3), PoolBusyError);
+    assert.equal(error.maxQueue, 2);
+    assert.equal(error.op, "add");
+    controller.abort();
+    await rejection(running, Error);
+    assert.deepEqual(await within(Promise.all(queued), 10_000, "queue"), [
+      2,
+      4,
+    ]);
+  });
+
+  test("pool() fails the call of a crashed worker, carries on, and heals", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 2 });
+    const other = p.delay(50, "other");
+    const doomed = p.delay(10_000, "never");
+    await until(() => rt.live().length === 2, 10_000, "two workers");
+    await until(() => p.stats().busy === 2, 10_000, "both busy");
+    const victim = rt.children[1];
+    victim?.crash("SIGKILL");
+    const crash = await rejection(doomed, WorkerCrashedError);
+    assert.equal(crash.signal, "SIGKILL");
+    assert.equal(crash.pid, victim?.pid);
+    assert.equal(crash.op, "delay");
+    assert.equal(await other, "other");
+    assert.equal(await p.add(1, 2), 3);
+    assert.equal(p.stats().crashed, 1);
+    assert.equal(p.stats().recycledBy.crash, 1);
+    const remote = await rejection(p.fail("boom"), RemoteError);
+    assert.equal(remote.message, "boom");
+  });
+
+  test("pool() retries an idempotent call lost in a crash on another worker", async () => {
+    using rt = runtime(["delay"]);
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    const call = p.delay(30, "again");
+    await until(() => p.stats().busy === 1, 10_000, "running");
+    rt.children[0]?.crash("SIGKILL");
+    assert.equal(await within(call, 10_000, "retried call"), "again");
+    assert.equal(rt.children.length, 2);
+  });
+
+  test("pool() fails queued calls with WorkerStartError when the module never loads", async () => {
+    using _rt = runtime([], {
+      load: () => {
+        throw new SyntaxError("Unexpected token");
+      },
+    });
+    await using p = pool(MODULE, { ...quiet, max: 2, maxRetries: 1 });
+    const results = await within(
+      Promise.allSettled([p.call("x", []), p.call("y", []), p.call("z", [])]),
+      10_000,
+      "queued calls",
+    );
+    for (const result of results) {
+      assert.equal(result.status, "rejected");
+      const error = await rejection(
+        Promise.reject((result as PromiseRejectedResult).reason),
+        WorkerStartError,
+      );
+      assert.equal(error.failure, "import");
+      assert.match(error.message, /Unexpected token/);
+    }
+  });
+
+  test("pool() a spawn that fails rejects the call with WorkerStartError, and the next call starts a worker", async () => {
+    using rt = runtime([], { failSpawns: 1 });
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    const error = await rejection(p.add(1, 1), WorkerStartError);
+    assert.equal(error.failure, "spawn");
+    assert.equal(await p.add(2, 2), 4);
+    assert.equal(rt.children.length, 1);
+  });
+
+  test("pool() a worker that is never ready fails calls with WorkerTimeoutError (start)", async () => {
+    using _rt = runtime([], { load: () => new Promise(() => {}) });
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      startTimeoutMs: 50,
+    });
+    const error = await rejection(p.add(1, 1), WorkerTimeoutError);
+    assert.equal(error.phase, "start");
+    assert.equal(error.timeoutMs, 50);
+  });
+
+  test("pool() a call past callTimeoutMs fails with WorkerTimeoutError and capacity comes back", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      callTimeoutMs: 30,
+      cancelGraceMs: 10,
+    });
+    const error = await rejection(p.hang(), WorkerTimeoutError);
+    assert.equal(error.phase, "call");
+    assert.equal(error.op, "hang");
+    assert.equal(error.timeoutMs, 30);
+    assert.equal(await within(p.add(1, 1), 10_000, "next call"), 2);
+  });
+});
+
+describe("pool() cancellation and close (in memory)", () => {
+  test("pool() aborting a queued call removes it without touching any worker", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    const pid = await p.whoami();
+    const running = p.delay(30, "ran");
+    const controller = new AbortController();
+    const queued = p.call("add", [1, 1], { signal: controller.signal });
+    assert.equal(p.stats().queued, 1);
+    const reason = new Error("not needed");
+    controller.abort(reason);
+    assert.equal(await rejection(queued, Error), reason);
+    assert.equal(p.stats().queued, 0);
+    assert.equal(await running, "ran");
+    assert.equal(await p.whoami(), pid);
+    assert.equal(rt.children.length, 1);
+  });
+
+  test("pool() aborting a running call rejects with the reason, then the worker is replaced after the grace period", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      cancelGraceMs: 20,
+    });
+    const pid = await p.whoami();
+    const controller = new AbortController();
+    const running = p.call("hang", [], { signal: controller.signal });
+    await until(() => p.stats().busy === 1, 10_000, "running");
+    const reason = new Error("stop");
+    controller.abort(reason);
+    assert.equal(await rejection(running, Error), reason);
+    const next = await within(p.whoami(), 10_000, "capacity back");
+    assert.notEqual(next, pid);
+    const old = rt.children[0];
+    await within(old?.exited ?? Promise.reject(), 10_000, "old worker gone");
+    assert.equal(old?.status?.signal, "SIGKILL");
+  });
+
+  test("pool() close() finishes queued calls and ends every worker", async () => {
+    using rt = runtime();
+    const p = pool<typeof memory>(MODULE, { ...quiet, max: 2 });
+    const calls = Array.from({ length: 5 }, (_, i) => p.delay(5, i));
+    await until(() => p.stats().workers > 0, 10_000, "started");
+    await p.close();
+    assert.deepEqual(await Promise.all(calls), [0, 1, 2, 3, 4]);
+    assert.deepEqual(rt.live(), []);
+    assert.equal(p.stats().workers, 0);
+    const after = await rejection(p.add(1, 1), SessionClosedError);
+    assert.equal(after.op, "add");
+    await p.close();
+  });
+
+  test("pool() close({ force: true }) rejects queued calls with SessionClosedError", async () => {
+    using _rt = runtime();
+    const p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    const running = p.delay(20, "running");
+    await until(() => p.stats().busy === 1, 10_000, "running");
+    const queued = p.add(1, 1);
+    const closing = p.close({ force: true });
+    await rejection(queued, SessionClosedError);
+    await closing;
+    await running.catch(() => {});
+  });
+});
