@@ -1,9 +1,10 @@
 // deno-lint-ignore-file no-console
 /**
- * Fuzzes the frame reader and the message decoder with fast-check: random
- * byte streams, mutated frame streams, hostile headers (lengths up to
- * 0xFFFFFFFF) and random or mutated message heads. The invariants are in
- * tests/protocol/_fuzz.ts.
+ * Fuzzes the frame reader, the message decoder and the value decoder with
+ * fast-check: random byte streams, mutated frame streams, hostile headers
+ * (lengths up to 0xFFFFFFFF), random or mutated message heads, and nested
+ * amplifiers (few bytes that build much memory) under a memory budget. The
+ * invariants are in tests/protocol/_fuzz.ts.
  *
  * Usage: `deno task fuzz [--cases N] [--seed S]` (default 100,000 cases in
  * all, split over the targets; a fresh seed, printed, to replay a failure).

@@ -43,6 +43,43 @@ let dataView: DataView = EMPTY_VIEW;
 let at = 0;
 let end = 0;
 let area: Uint8Array = EMPTY_BYTES;
+/** Bytes of memory the value may still take (an estimate; see spend()). */
+let budget = 0;
+/** The budget this decode started with, for the error message. */
+let budgetLimit = 0;
+
+/**
+ * A frame may decode into this many bytes of memory per byte it carries...
+ */
+export const DECODE_BYTES_PER_FRAME_BYTE = 8;
+/** ...plus this many, so that small frames may take any shape. */
+export const DECODE_BASE_BYTES: number = 64 * 1024 * 1024;
+
+// What building each kind of value costs, in estimated bytes of memory (V8
+// object sizes on 64-bit; JavaScriptCore's are close). Scalars and strings
+// are not counted: each takes at most about 8 bytes per byte of the wire.
+const ARRAY_COST = 32;
+const OBJECT_COST = 56;
+const MAP_COST = 64;
+const SET_COST = 64;
+/** Per element of an array or a Set (a slot). */
+const SLOT_COST = 8;
+/** Per entry of a plain object (key and value). */
+const PROPERTY_COST = 8;
+/** Per entry of a Map or a Set's hash table. */
+const ENTRY_COST = 24;
+const ERROR_COST = 256;
+const DATE_COST = 48;
+const URL_COST = 512;
+const REGEXP_COST = 128;
+/** A byte string, typed array or DataView: a view object. */
+const VIEW_COST = 96;
+/** A copied buffer, besides its bytes. */
+const BUFFER_COST = 64;
+const BIGNUM_COST = 32;
+const CUSTOM_COST = 64;
+/** Longer arrays are not allocated at their full length up front. */
+const PREALLOCATE_MAX_ITEMS = 4096;
 
 const TEXT_CACHE_BITS = 10;
 const TEXT_CACHE_SHIFT = 32 - TEXT_CACHE_BITS;
@@ -52,6 +89,18 @@ const textCache: (string | undefined)[] = new Array<string | undefined>(
 const textCacheA = new Int32Array(1 << TEXT_CACHE_BITS);
 const textCacheB = new Int32Array(1 << TEXT_CACHE_BITS);
 
+/** Options of {@linkcode decodeValue}. */
+export interface DecodeValueOptions {
+  /**
+   * The most memory, in estimated bytes, the decoded value may take to
+   * build; a value that would take more is refused with a `ProtocolError`
+   * before the allocation that would pass the limit.
+   *
+   * @default {64 MiB + 8 × (head + attachment area bytes)}
+   */
+  maxBuildBytes?: number | undefined;
+}
+
 /**
  * Decodes a CBOR head written by {@linkcode encodeValue} (or by another
  * writer that follows `docs/PROTOCOL.md`).
@@ -60,17 +109,27 @@ const textCacheB = new Int32Array(1 << TEXT_CACHE_BITS);
  * alignment allows (no copy), copies otherwise; an `ArrayBuffer` is always a
  * copy. Integers beyond the safe range decode as `bigint`.
  *
+ * What decoding may build is bounded as well as what it reads: each
+ * container, view, copy and object it creates is charged its estimated size
+ * against a budget of {@linkcode DECODE_BASE_BYTES} plus
+ * {@linkcode DECODE_BYTES_PER_FRAME_BYTE} per byte of head and area, so a
+ * small frame cannot expand into gigabytes (a byte `0x80` is an empty array,
+ * some 40 bytes of memory). Decoding time is linear in the input.
+ *
  * @param head The CBOR bytes: exactly one data item.
  * @param attachmentArea The bytes after the head in the frame payload.
+ * @param options The memory budget.
  * @returns The decoded value.
  * @throws {ProtocolError} when the bytes are not one well-formed value of the
  * protocol: truncated, trailing bytes, indefinite lengths, reserved or
  * unknown codes, unknown tags, invalid UTF-8, nesting deeper than 512, an
- * attachment range outside the area, and so on.
+ * attachment range outside the area, a value over the memory budget, and so
+ * on.
  */
 export function decodeValue(
   head: Uint8Array,
   attachmentArea?: Uint8Array,
+  options?: DecodeValueOptions,
 ): unknown {
   // Byte strings decode as plain Uint8Array views, even from a Node Buffer.
   data = head.constructor === Uint8Array
@@ -88,6 +147,11 @@ export function decodeValue(
       attachmentArea.byteOffset,
       attachmentArea.byteLength,
     );
+  const max = options?.maxBuildBytes;
+  budget = max ??
+    DECODE_BASE_BYTES +
+      DECODE_BYTES_PER_FRAME_BYTE * (data.byteLength + area.byteLength);
+  budgetLimit = budget;
   try {
     const value = decodeItem(1);
     if (at !== end) {
@@ -109,6 +173,22 @@ export function decodeValue(
 
 function malformed(detail: string): ProtocolError {
   return new ProtocolError(`Cannot decode value: ${detail} (at byte ${at})`);
+}
+
+/**
+ * Charges `cost` estimated bytes to the budget, before they are allocated.
+ *
+ * @param cost Bytes.
+ */
+function spend(cost: number): void {
+  budget -= cost;
+  if (budget < 0) {
+    throw malformed(
+      `building the value would take more than ${budgetLimit} bytes of memory, the budget of a ${
+        data.byteLength + area.byteLength
+      }-byte frame (${DECODE_BASE_BYTES} bytes plus ${DECODE_BYTES_PER_FRAME_BYTE} per byte)`,
+    );
+  }
 }
 
 function truncated(): ProtocolError {
@@ -175,6 +255,7 @@ function decodeItem(depth: number): unknown {
       return info === 27 ? readUint64(true) : -1 - readArgument(info);
     case 2: {
       const n = readLength(info, 1);
+      spend(VIEW_COST);
       const bytes = data.subarray(at, at + n);
       at += n;
       return bytes;
@@ -184,13 +265,17 @@ function decodeItem(depth: number): unknown {
     case 4: {
       const n = readLength(info, 1);
       if (depth > MAX_DEPTH) throw tooDeep();
-      const array = new Array<unknown>(n);
+      spend(ARRAY_COST + SLOT_COST * n);
+      // A long array grows as its items arrive, so that memory follows what
+      // was really decoded, not what the length claims.
+      const array = n <= PREALLOCATE_MAX_ITEMS ? new Array<unknown>(n) : [];
       for (let i = 0; i < n; i++) array[i] = decodeItem(depth + 1);
       return array;
     }
     case 5: {
       const n = readLength(info, 2);
       if (depth > MAX_DEPTH) throw tooDeep();
+      spend(OBJECT_COST + PROPERTY_COST * n);
       return readObjectEntries(n, depth);
     }
     case 6:
@@ -364,6 +449,7 @@ function readContainerHeader(
 function decodeTag(tag: number, depth: number): unknown {
   switch (tag) {
     case TAG_DATE: {
+      spend(DATE_COST);
       return secondsToDate(readNumberItem());
     }
     case TAG_BIGNUM:
@@ -372,6 +458,7 @@ function decodeTag(tag: number, depth: number): unknown {
       return -1n - readBignum();
     case TAG_URL: {
       const href = readTextItem("the content of a URL (tag 32)");
+      spend(URL_COST + href.length);
       try {
         return new (URL_CLASS as typeof URL)(href);
       } catch {
@@ -387,6 +474,7 @@ function decodeTag(tag: number, depth: number): unknown {
         "a Set (tag 258) that does not wrap an array",
       );
       if (depth > MAX_DEPTH) throw tooDeep();
+      spend(SET_COST + (SLOT_COST + ENTRY_COST) * n);
       const set = new Set<unknown>();
       for (let i = 0; i < n; i++) set.add(decodeItem(depth + 1));
       return set;
@@ -398,6 +486,7 @@ function decodeTag(tag: number, depth: number): unknown {
         "a Map (tag 259) that does not wrap a map",
       );
       if (depth > MAX_DEPTH) throw tooDeep();
+      spend(MAP_COST + (SLOT_COST + ENTRY_COST) * n);
       const map = new Map<unknown, unknown>();
       for (let i = 0; i < n; i++) {
         const key = decodeItem(depth + 1);
@@ -414,10 +503,12 @@ function decodeTag(tag: number, depth: number): unknown {
         "an error (tag 27001) that does not wrap a map",
       );
       if (depth > MAX_DEPTH) throw tooDeep();
+      spend(ERROR_COST + OBJECT_COST + PROPERTY_COST * n);
       return buildError(readObjectEntries(n, depth));
     }
     case TAG_ARRAY_BUFFER: {
       const bytes = readBinary();
+      spend(BUFFER_COST + bytes.byteLength);
       return bytes.buffer.slice(
         bytes.byteOffset,
         bytes.byteOffset + bytes.byteLength,
@@ -425,6 +516,7 @@ function decodeTag(tag: number, depth: number): unknown {
     }
     case TAG_DATA_VIEW: {
       const bytes = readBinary();
+      spend(VIEW_COST);
       return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     }
     case TAG_CUSTOM: {
@@ -437,6 +529,7 @@ function decodeTag(tag: number, depth: number): unknown {
         throw malformed("a custom type (tag 27010) that is not [name, data]");
       }
       if (depth > MAX_DEPTH) throw tooDeep();
+      spend(CUSTOM_COST);
       const name = readTextItem("a custom type name");
       const data = decodeItem(depth + 1);
       const type = customTypeByName(name);
@@ -497,6 +590,7 @@ function readBignum(): bigint {
   }
   at++;
   const n = readLength(initial & 31, 1);
+  spend(BIGNUM_COST + n);
   const start = at;
   at += n;
   if (n <= 6) {
@@ -524,6 +618,7 @@ function readRegExp(): RegExp {
   } else {
     source = readTextItem("the content of a RegExp (tag 35)");
   }
+  spend(REGEXP_COST + source.length);
   try {
     return new RegExp(source, flags);
   } catch {
@@ -539,6 +634,7 @@ function readBinary(): Uint8Array {
   if (major === 2) {
     at++;
     const n = readLength(initial & 31, 1);
+    spend(VIEW_COST);
     const bytes = data.subarray(at, at + n);
     at += n;
     return bytes;
@@ -568,6 +664,7 @@ function readAttachment(): Uint8Array {
       `an attachment [${offset}, ${length}] outside the ${area.length}-byte attachment area`,
     );
   }
+  spend(VIEW_COST);
   return area.subarray(offset, offset + length);
 }
 
@@ -593,11 +690,14 @@ function readTypedArray(ctor: TypedArrayConstructor): ArrayBufferView {
       `${bytes.byteLength} bytes for a ${ctor.name}, not a multiple of ${size}`,
     );
   }
+  spend(VIEW_COST);
   if (!LITTLE_ENDIAN && size > 1) {
+    spend(BUFFER_COST + bytes.byteLength);
     return new ctor(swapBytes(bytes, size).buffer, 0, length);
   }
   if (bytes.byteOffset % size === 0) {
     return new ctor(bytes.buffer, bytes.byteOffset, length);
   }
+  spend(BUFFER_COST + bytes.byteLength);
   return new ctor(bytes.slice().buffer, 0, length);
 }

@@ -462,6 +462,168 @@ export function mutate(
 }
 
 // ---------------------------------------------------------------------------
+// Amplifiers: few bytes, much memory
+// ---------------------------------------------------------------------------
+
+/**
+ * The CBOR head of a major type with its argument (a count or a length).
+ *
+ * @param major The major type, 0 to 7.
+ * @param n The argument, below 2^32.
+ * @returns The bytes.
+ */
+export function cborHead(major: number, n: number): Uint8Array {
+  const m = major << 5;
+  if (n < 24) return new Uint8Array([m | n]);
+  if (n < 0x100) return new Uint8Array([m | 24, n]);
+  if (n < 0x10000) return new Uint8Array([m | 25, n >> 8, n & 0xff]);
+  return new Uint8Array([
+    m | 26,
+    n >>> 24,
+    (n >>> 16) & 0xff,
+    (n >>> 8) & 0xff,
+    n & 0xff,
+  ]);
+}
+
+const text = (s: string): Uint8Array => new TextEncoder().encode(s);
+
+/** Tag 27000 [0, length]: the first `length` bytes of the attachment area. */
+function attachmentRef(length: number): Uint8Array {
+  return concat([
+    new Uint8Array([0xd9, 0x69, 0x78, 0x82, 0x00]),
+    cborHead(0, length),
+  ]);
+}
+
+/** The attachment area the amplifiers refer to. */
+export const AMPLIFIER_AREA_BYTES = 4096;
+
+/**
+ * One encoded item of each kind of value the decoder builds, each a few
+ * bytes on the wire and tens to thousands of bytes in memory (the last
+ * two copy bytes: 4 KiB of the attachment area, and a misaligned typed
+ * array out of the head). Attachments refer to an area of
+ * {@linkcode AMPLIFIER_AREA_BYTES}.
+ */
+export const AMPLIFIERS: Readonly<Record<string, Uint8Array>> = {
+  "an empty array": new Uint8Array([0x80]),
+  "an empty object": new Uint8Array([0xa0]),
+  "an empty byte string": new Uint8Array([0x40]),
+  "an empty Set": new Uint8Array([0xd9, 0x01, 0x02, 0x80]),
+  "an empty Map": new Uint8Array([0xd9, 0x01, 0x03, 0xa0]),
+  "a Date": new Uint8Array([0xc1, 0x00]),
+  "a URL": new Uint8Array([0xd8, 0x20, 0x62, 0x61, 0x3a]),
+  "a RegExp": new Uint8Array([0xd8, 0x23, 0x60]),
+  "a bignum": new Uint8Array([0xc2, 0x40]),
+  "a DataView": new Uint8Array([0xd9, 0x69, 0x7b, 0x40]),
+  "a typed array": new Uint8Array([0xd8, 0x48, 0x40]),
+  "an error": concat([
+    new Uint8Array([0xd9, 0x69, 0x79, 0xa2, 0x64]),
+    text("name"),
+    new Uint8Array([0x60, 0x67]),
+    text("message"),
+    new Uint8Array([0x60]),
+  ]),
+  "an attachment view": attachmentRef(0),
+  "an ArrayBuffer copied from an attachment": concat([
+    new Uint8Array([0xd9, 0x69, 0x7a]),
+    attachmentRef(AMPLIFIER_AREA_BYTES),
+  ]),
+  "a misaligned Uint16Array copied out of the head": new Uint8Array([
+    0xd8,
+    0x45,
+    0x42,
+    0x00,
+    0x00,
+  ]),
+};
+
+/**
+ * An array of `count` copies of one encoded item.
+ *
+ * @param item The item's bytes.
+ * @param count How many.
+ * @returns The array's bytes.
+ */
+export function repeated(item: Uint8Array, count: number): Uint8Array {
+  const head = cborHead(4, count);
+  const out = new Uint8Array(head.byteLength + item.byteLength * count);
+  out.set(head);
+  if (item.byteLength === 1) {
+    out.fill(item[0]!, head.byteLength);
+  } else {
+    for (let i = 0; i < count; i++) {
+      out.set(item, head.byteLength + i * item.byteLength);
+    }
+  }
+  return out;
+}
+
+/** Largest head {@linkcode amplifierArb} builds. */
+const MAX_AMPLIFIER_BYTES = 64 * 1024;
+
+/** How an amplifier wraps the level below: its container and count. */
+interface AmplifierLevel {
+  kind: "array" | "object" | "set" | "map";
+  count: number;
+}
+
+function wrap(child: Uint8Array, level: AmplifierLevel): Uint8Array {
+  const count = Math.min(
+    level.count,
+    Math.floor(MAX_AMPLIFIER_BYTES / (child.byteLength + 2)),
+  );
+  switch (level.kind) {
+    case "array":
+      return repeated(child, count);
+    case "set":
+      return concat([
+        new Uint8Array([0xd9, 0x01, 0x02]),
+        repeated(child, count),
+      ]);
+    case "object":
+    case "map": {
+      // Keys: the empty text for objects (one property, rewritten), distinct
+      // small integers for maps (every entry kept).
+      const parts: Uint8Array[] = [];
+      if (level.kind === "map") parts.push(new Uint8Array([0xd9, 0x01, 0x03]));
+      parts.push(cborHead(5, count));
+      for (let i = 0; i < count; i++) {
+        parts.push(
+          level.kind === "map" ? cborHead(0, i) : new Uint8Array([0x60]),
+        );
+        parts.push(child);
+      }
+      return concat(parts);
+    }
+  }
+}
+
+/**
+ * A head built of nested repetitions of amplifiers (up to 64 KiB), with
+ * the attachment area its references point into.
+ */
+export const amplifierArb: fc.Arbitrary<
+  { head: Uint8Array; area: Uint8Array }
+> = fc.tuple(
+  fc.constantFrom(...Object.values(AMPLIFIERS)),
+  fc.array(
+    fc.record({
+      kind: fc.constantFrom("array", "object", "set", "map"),
+      count: fc.oneof(
+        fc.nat({ max: 64 }),
+        fc.integer({ min: 1000, max: 100_000 }),
+      ),
+    }),
+    { minLength: 1, maxLength: 3 },
+  ),
+).map(([item, levels]) => ({
+  head: levels.reduce<Uint8Array>(wrap, item),
+  area: new Uint8Array(AMPLIFIER_AREA_BYTES),
+}));
+
+// ---------------------------------------------------------------------------
 // Exact comparison
 // ---------------------------------------------------------------------------
 

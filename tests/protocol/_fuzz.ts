@@ -13,7 +13,10 @@
  * - every frame it emits fits `maxFrameBytes`;
  * - the message decoder only ever throws `ProtocolError` (without a cause:
  *   a cause means an unexpected internal failure), and what it returns is a
- *   well-formed message.
+ *   well-formed message;
+ * - the value decoder, given heads of nested repetitions of amplifiers (few
+ *   bytes, much memory) and a memory budget, returns or throws a cause-less
+ *   `ProtocolError`, and the buffers it copies stay within the budget.
  *
  * @module
  */
@@ -22,6 +25,7 @@ import fc from "fast-check";
 import { readFileSync } from "node:fs";
 import process from "node:process";
 import { ProtocolError } from "../../src/errors.ts";
+import { decodeValue } from "../../src/protocol/decode_value.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
 import {
   type Frame,
@@ -32,6 +36,7 @@ import {
 } from "../../src/protocol/frame.ts";
 import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
 import {
+  amplifierArb,
   concat,
   frameBytes,
   hostileHeaderArb,
@@ -334,6 +339,30 @@ export function fuzzTargets(): FuzzTarget[] {
         fc.constantFrom(1024, 1024 * 1024),
         (head, tail, cuts, max) => {
           readStream(split(concat([head, tail]), cuts), max, true);
+        },
+      ) as fc.IProperty<unknown[]>,
+    },
+    {
+      name:
+        "value decoder: nested amplifiers under a small budget, memory measured",
+      weight: 1,
+      property: fc.property(
+        amplifierArb,
+        fc.oneof(fc.nat({ max: 64 * 1024 }), fc.constant(1024 * 1024)),
+        ({ head, area }, maxBuildBytes) => {
+          const before = allocatedBytes();
+          try {
+            decodeValue(head, area, { maxBuildBytes });
+          } catch (error: unknown) {
+            if (!(error instanceof ProtocolError)) throw error;
+            if (error.cause !== undefined) {
+              fail(`decoder failed unexpectedly: ${String(error.cause)}`);
+            }
+          }
+          const grown = allocatedBytes() - before;
+          if (grown > allocationLimit(maxBuildBytes)) {
+            fail(`a budget of ${maxBuildBytes} bytes allocated ${grown}`);
+          }
         },
       ) as fc.IProperty<unknown[]>,
     },

@@ -9,6 +9,7 @@ import {
 } from "../../src/protocol/encode_value.ts";
 import { ProtocolError } from "../../src/errors.ts";
 import { concat, difference } from "./_arbitraries.ts";
+import { fuzzTargets } from "./_fuzz.ts";
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -1091,4 +1092,13 @@ describe("decodeValue() malformed input", () => {
       { numRuns: 2500 },
     );
   });
+});
+
+describe("value decoder fuzz (CI size; deno task fuzz runs 100,000 cases)", () => {
+  for (const target of fuzzTargets()) {
+    if (!target.name.startsWith("value decoder")) continue;
+    test(`fuzz: ${target.name}`, () => {
+      fc.assert(target.property, { numRuns: 300 * target.weight });
+    });
+  }
 });
