@@ -145,6 +145,10 @@ export interface WorkerCrashedErrorOptions extends AirlockErrorOptions {
   op?: string | undefined;
   /** Why the process stopped, when airlock knows better than the exit status (e.g. "killed because call "x" timed out twice"). */
   reason?: string | undefined;
+  /** How many times the call was written to a worker (retries of an idempotent op included). */
+  attempts?: number | undefined;
+  /** The pid of the worker of each attempt, in order (the last is `pid`). */
+  pids?: readonly number[] | undefined;
 }
 
 /**
@@ -231,6 +235,14 @@ export class WorkerCrashedError extends AirlockError {
   readonly op: string | undefined;
   /** Why airlock stopped the process, when it did so itself. */
   readonly reason: string | undefined;
+  /**
+   * How many times the call was written to a worker: more than 1 when an
+   * idempotent op was retried after earlier crashes (each lost with its
+   * worker); 0 when it never reached one.
+   */
+  readonly attempts: number;
+  /** The pid of the worker of each attempt, in order. */
+  readonly pids: readonly number[];
 
   /**
    * Creates a crash report.
@@ -238,7 +250,16 @@ export class WorkerCrashedError extends AirlockError {
    * @param options What is known of the exit.
    */
   constructor(options: WorkerCrashedErrorOptions) {
-    const what = options.op ? `Call "${options.op}" failed` : "Worker failed";
+    const pids = options.pids ?? [];
+    const attempts = options.attempts ?? pids.length;
+    const tries = attempts > 1
+      ? ` after ${attempts} attempts${
+        pids.length > 0 ? ` (on pids ${pids.join(", ")})` : ""
+      }`
+      : "";
+    const what = options.op
+      ? `Call "${options.op}" failed${tries}`
+      : "Worker failed";
     const pid = options.pid === undefined ? "" : ` (pid ${options.pid})`;
     // When airlock stopped the process itself, the reason says why; the
     // signal's usual hint (e.g. "killed from outside") would mislead.
@@ -266,6 +287,8 @@ export class WorkerCrashedError extends AirlockError {
     this.stderrTail = options.stderrTail ?? "";
     this.op = options.op;
     this.reason = options.reason;
+    this.attempts = attempts;
+    this.pids = Object.freeze([...pids]);
   }
 }
 

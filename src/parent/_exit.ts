@@ -70,17 +70,23 @@ export function exitReason(
  * The crash error for a call lost with a worker process.
  *
  * @param module The worker module (or command).
- * @param call The call (its op).
+ * @param call The call: its op, and its attempts and their pids when known.
  * @param exit How the process ended.
  * @returns The error.
  */
 export function crashError(
   module: string,
-  call: { readonly op: string },
+  call: {
+    readonly op: string;
+    readonly attempts?: number;
+    readonly pids?: readonly number[];
+  },
   exit: ConnectionExit,
 ): WorkerCrashedError {
   return new WorkerCrashedError({
     module,
+    attempts: call.attempts,
+    pids: call.pids,
     pid: exit.pid,
     exitCode: exit.code,
     signal: exit.signal,

@@ -192,6 +192,24 @@ describe("pool() limits and failures", needsWorkers(), () => {
   });
 });
 
+describe("pool() lost calls", needsWorkers(), () => {
+  test("pool() a retried call that keeps crashing its worker fails with its attempts and their pids", async () => {
+    await using p = pool<typeof behaviour>(worker, {
+      ...captureLog(),
+      idempotent: ["killSelf"],
+      maxRetries: 1,
+      max: 2,
+    });
+    const error = await p.killSelf("SIGKILL").then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerCrashedError, String(error));
+    assert.equal(error.attempts, 2);
+    assert.equal(new Set(error.pids).size, 2);
+    assert.equal(error.pid, error.pids[1]);
+    assert.match(error.message, /after 2 attempts/);
+    assert.equal(p.stats().crashed, 2);
+  });
+});
+
 describe("pool() cancellation and close", needsWorkers(), () => {
   test("pool() aborting a queued call removes it without touching any worker", async () => {
     await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 1 });

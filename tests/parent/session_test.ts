@@ -207,6 +207,32 @@ describe("session() crashes", needsWorkers(), () => {
   });
 });
 
+describe("session() lost calls", needsWorkers(), () => {
+  test("session() a retried call that keeps crashing its worker fails with its attempts and their pids", async () => {
+    await using s = await session<typeof behaviour>(worker, {
+      ...captureLog(),
+      idempotent: ["killSelf"],
+      maxRetries: 2,
+    });
+    const error = await s.killSelf("SIGKILL").then(() => undefined, (e) => e);
+    assert.ok(error instanceof WorkerCrashedError, String(error));
+    assert.equal(error.op, "killSelf");
+    assert.equal(error.attempts, 3);
+    assert.equal(error.pids.length, 3);
+    assert.equal(new Set(error.pids).size, 3, "each attempt on a new worker");
+    assert.equal(error.pid, error.pids[2]);
+    assert.match(
+      error.message,
+      new RegExp(`after 3 attempts \\(on pids ${error.pids.join(", ")}\\)`),
+    );
+    const once = await s.exitWith(3).then(() => undefined, (e) => e);
+    assert.ok(once instanceof WorkerCrashedError);
+    assert.equal(once.attempts, 1, "not idempotent: one attempt");
+    assert.deepEqual(once.pids, [once.pid]);
+    assert.doesNotMatch(once.message, /attempts/);
+  });
+});
+
 describe("session() timeouts and cancellation", needsWorkers(), () => {
   test("session() one timeout keeps the worker, two in a row replace it", async () => {
     await using s = await session<typeof behaviour>(worker, {
