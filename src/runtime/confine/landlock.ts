@@ -18,6 +18,7 @@
  */
 
 import { isAbsolute, posix } from "node:path";
+import { LANDLOCK_ACCESS_FILE } from "./spec.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { isGranted } from "../permissions.ts";
 import {
@@ -89,8 +90,7 @@ export const ACCESS_READ_WRITE: number = ACCESS_READ | F.WRITE_FILE |
   F.MAKE_FIFO | F.MAKE_SYM | F.REFER | F.TRUNCATE;
 
 /** The rights that apply to a file (not a directory): a rule on a file keeps only these. */
-export const ACCESS_FILE: number = F.EXECUTE | F.WRITE_FILE | F.READ_FILE |
-  F.TRUNCATE | F.IOCTL_DEV;
+export const ACCESS_FILE: number = LANDLOCK_ACCESS_FILE;
 
 /**
  * System files every runtime reads at start, read-only: its own `/proc`

@@ -15,6 +15,15 @@ export const CONFINE_SPEC_VERSION = 1;
 /** The exit code of a confine step that could not confine (it says why on stderr). */
 export const CONFINE_FAILED_EXIT_CODE = 126;
 
+/**
+ * The Landlock rights that apply to a file rather than a directory
+ * (`EXECUTE`, `WRITE_FILE`, `READ_FILE`, `TRUNCATE`, `IOCTL_DEV`): the step
+ * keeps only these in a rule on a file. Here, not in `landlock.ts`, so that
+ * the step loads nothing but this module.
+ */
+export const LANDLOCK_ACCESS_FILE: number = (1 << 0) | (1 << 1) | (1 << 2) |
+  (1 << 14) | (1 << 15);
+
 /** The prefix of every line the confine step writes to stderr. */
 export const CONFINE_STDERR_PREFIX = "airlock confine:";
 

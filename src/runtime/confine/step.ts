@@ -20,8 +20,8 @@ import {
   CONFINE_STDERR_PREFIX,
   type ConfineSpec,
   decodeConfineSpec,
+  LANDLOCK_ACCESS_FILE as ACCESS_FILE,
 } from "./spec.ts";
-import { ACCESS_FILE } from "./landlock.ts";
 
 const SYS_LANDLOCK_CREATE_RULESET = 444;
 const SYS_LANDLOCK_ADD_RULE = 445;
