@@ -15,6 +15,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   rmSync,
   statSync,
 } from "node:fs";
@@ -23,6 +24,7 @@ import { delimiter, isAbsolute, join } from "node:path";
 import { inspect } from "node:util";
 import process from "node:process";
 import type { LogSource } from "../mod.ts";
+import { probeConfineSupport } from "../src/runtime/confine/confine_command.ts";
 
 /** The runtime running the tests. */
 export const RUNTIME: "deno" | "bun" =
@@ -285,7 +287,13 @@ export function scratchDir(name = "test"): ScratchDir {
 }
 
 /** A system tool that some tests need and a fresh machine may lack. */
-export type Tool = "bwrap" | "setpriv" | "sshd" | "cc" | "python3";
+export type Tool =
+  | "bwrap"
+  | "setpriv"
+  | "sshd"
+  | "cc"
+  | "python3"
+  | "landlock";
 
 /** What each tool is and how to install it (Debian package names). */
 const TOOLS: Record<Tool, { what: string; install: string }> = {
@@ -308,6 +316,11 @@ const TOOLS: Record<Tool, { what: string; install: string }> = {
   python3: {
     what: "Python 3.9 or newer (python3, or $AIRLOCK_PYTHON)",
     install: "apt-get install python3",
+  },
+  landlock: {
+    what:
+      "Landlock ABI 6 or newer with seccomp (the OS sandbox without bubblewrap)",
+    install: "run Linux 6.12 or later with landlock in the lsm= boot parameter",
   },
 };
 
@@ -344,6 +357,18 @@ function probe(tool: Tool): boolean {
       }
     case "sshd":
       return onPath("sshd") || isExecutable("/usr/sbin/sshd");
+    case "landlock": {
+      if (process.platform !== "linux") return false;
+      const support = probeConfineSupport(
+        { runtime: RUNTIME, binary: realpathSync(process.execPath) },
+        {
+          PATH: process.env.PATH ?? "/usr/bin:/bin",
+          ...(process.env.HOME ? { HOME: process.env.HOME } : {}),
+          ...(process.env.DENO_DIR ? { DENO_DIR: process.env.DENO_DIR } : {}),
+        },
+      );
+      return support.landlockAbi >= 6 && support.seccomp;
+    }
     // Workers find bubblewrap and setpriv on PATH, as this does.
     default:
       return onPath(tool);
@@ -443,13 +468,24 @@ export function needs(...tools: Tool[]): SkipOptions {
 }
 
 /**
+ * Test options for tests that need the OS sandbox: bubblewrap, or Landlock
+ * where bubblewrap is missing or made unusable (the second CI pass).
+ *
+ * @returns Options to pass to `test()` or `describe()`.
+ */
+export function needsSandbox(): SkipOptions {
+  return hasTool("bwrap") ? {} : needs("landlock");
+}
+
+/**
  * Test options for tests that start workers on `runtime` with airlock's
  * default permissions: a Bun worker runs in the OS sandbox (Bun has no
- * permission model), so it needs bubblewrap; a Deno worker needs nothing.
+ * permission model), so it needs bubblewrap or Landlock; a Deno worker
+ * needs nothing.
  *
  * @param runtime The workers' runtime (default: the one running the tests).
  * @returns Options to pass to `test()` or `describe()`.
  */
 export function needsWorkers(runtime: "deno" | "bun" = RUNTIME): SkipOptions {
-  return runtime === "bun" ? needs("bwrap") : {};
+  return runtime === "bun" ? needsSandbox() : {};
 }

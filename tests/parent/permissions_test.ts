@@ -10,7 +10,7 @@ import {
   captureLog,
   checkNoLeaks,
   fixture,
-  needs,
+  needsSandbox,
   needsWorkers,
   RUNTIME,
 } from "../_helpers.ts";
@@ -107,7 +107,7 @@ describe("permissions", () => {
 
   test(
     "the OS sandbox confines native code: FFI open(2) outside A fails, inside works",
-    needs("bwrap"),
+    needsSandbox(),
     async () => {
       await using s = await session<typeof permissions>(worker, {
         ...captureLog(),

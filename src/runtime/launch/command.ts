@@ -29,17 +29,25 @@ import {
   resolveProgram,
   trustedRealPath,
 } from "./executable.ts";
-import { workerMounts } from "./mounts.ts";
+import { denoCacheMounts, workerMounts } from "./mounts.ts";
 import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
 import type {
   ExitMapper,
   LaunchStep,
+  SandboxBackend,
   WorkerCommand,
   WorkerCommandInput,
   Wrapper,
 } from "./types.ts";
 import { bwrapWrapper, launcherWrapper, setprivWrapper } from "./wrappers.ts";
+import type { ConfineRunner } from "../confine/confine_command.ts";
+import {
+  type LandlockAvailability,
+  landlockAvailability,
+  landlockWrapper,
+} from "../confine/wrapper.ts";
+import { isCompiled } from "../self_exec.ts";
 
 /**
  * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
@@ -266,12 +274,14 @@ function sandboxWrappers(
   const bwrap = needsLookup
     ? linuxTool("bwrap", adapter, sandboxDenied(input.label))
     : undefined;
+  const landlock = needsLookup ? landlockFor(input, adapter, inner) : undefined;
   const decision = sandboxDecision({
     runtime: inner.runtime,
     sandbox: input.sandbox,
     permissions: input.permissions,
     bwrap,
     platform: process.platform,
+    ...(landlock ? { landlock } : {}),
   });
   if ("error" in decision) {
     throw new PermissionError(
@@ -281,21 +291,62 @@ function sandboxWrappers(
       { module: input.label, permission: decision.permission },
     );
   }
-  if (!decision.use || bwrap === undefined || inner.binary === undefined) {
-    return [];
+  if (!decision.use || inner.binary === undefined) return [];
+  // Every backend available, innermost first: Landlock runs inside
+  // bubblewrap (a Landlock domain may not mount).
+  const wrappers: Wrapper[] = [];
+  if (
+    landlock?.usable && landlock.runner && landlock.support &&
+    landlock.stepEnv
+  ) {
+    wrappers.push(landlockWrapper({
+      runner: landlock.runner,
+      support: landlock.support,
+      permissions: input.permissions,
+      cwd: input.cwd,
+      executables: [inner.binary],
+      stepEnv: landlock.stepEnv,
+    }));
   }
-  inner.step.readOnly = [
-    ...inner.step.readOnly,
-    ...(inner.codeMounts?.() ?? []),
-  ];
-  return [
-    bwrapWrapper({
+  if (bwrap !== undefined) {
+    wrappers.push(bwrapWrapper({
       bwrap,
       runtimeBinary: inner.binary,
       permissions: input.permissions,
       cwd: input.cwd,
-    }),
+    }));
+  }
+  if (wrappers.length === 0) return [];
+  inner.step.readOnly = [
+    ...inner.step.readOnly,
+    ...(inner.codeMounts?.() ?? []),
   ];
+  return wrappers;
+}
+
+/**
+ * Whether Landlock can confine this worker (probed once per runner): the
+ * confine step runs on the worker's own runtime binary; a compiled program
+ * has no runtime to run it.
+ */
+function landlockFor(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  inner: InnerCommand,
+): (LandlockAvailability & { runner?: ConfineRunner }) | undefined {
+  if (process.platform !== "linux") return undefined;
+  const runner: ConfineRunner | { none: string } =
+    isCompiled() || inner.binary === undefined || inner.runtime === undefined
+      ? { none: "a compiled program has no runtime to run the confine step" }
+      : { runtime: inner.runtime, binary: inner.binary };
+  const parentEnv = adapter.environment();
+  const availability = landlockAvailability(
+    runner,
+    input.permissions,
+    parentEnv,
+    denoCacheMounts(parentEnv)?.denoDir,
+  );
+  return "none" in runner ? availability : { ...availability, runner };
 }
 
 /**
@@ -381,6 +432,9 @@ export function buildWorkerCommand(
     spawn: { argv: step.argv, env: step.env, cwd: input.cwd },
     local,
     wrappers: wrappers.map((wrapper) => wrapper.name).reverse(),
+    sandboxes: wrappers.map((wrapper) => wrapper.name).reverse().filter((
+      name,
+    ): name is SandboxBackend => name === "bwrap" || name === "landlock"),
     mapExit,
     workerPid: (spawnPid) =>
       local ? descendantPid(spawnPid, levels) : undefined,

@@ -19,6 +19,12 @@ export interface SandboxDecisionOptions {
   permissions: ResolvedPermissions;
   /** The bubblewrap binary, or `undefined` when none was found (or it is unusable). */
   bwrap: string | undefined;
+  /**
+   * Whether Landlock can confine the worker alone where bubblewrap is
+   * missing, and why not (see `confine/wrapper.ts`). Omitted: Landlock is
+   * not considered.
+   */
+  landlock?: { readonly alone: boolean; readonly reason: string };
   /** The platform (`process.platform`), e.g. `"linux"`. */
   platform: string;
 }
@@ -91,11 +97,15 @@ export type SandboxDecision =
 export function sandboxDecision(
   options: SandboxDecisionOptions,
 ): SandboxDecision {
-  const { runtime, sandbox, permissions, bwrap, platform } = options;
+  const { runtime, sandbox, permissions, bwrap, platform, landlock } = options;
   const unavailable = platform !== "linux"
-    ? `the OS sandbox needs Linux and bubblewrap, and this platform is "${platform}"`
-    : bwrap === undefined
-    ? 'bubblewrap ("bwrap") was not found on PATH or cannot run here (install it, e.g. "apt-get install bubblewrap")'
+    ? `the OS sandbox needs Linux (bubblewrap or Landlock), and this platform is "${platform}"`
+    : bwrap === undefined && !landlock?.alone
+    ? `bubblewrap ("bwrap") was not found on PATH or cannot run here (install it, e.g. "apt-get install bubblewrap")${
+      landlock
+        ? ` and Landlock cannot confine the worker alone: ${landlock.reason}`
+        : ""
+    }`
     : undefined;
 
   if (permissions.all) {

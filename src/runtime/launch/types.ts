@@ -17,6 +17,9 @@ import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
  */
 export type SandboxMode = "none" | "os" | "auto";
 
+/** One OS sandbox backend: bubblewrap's namespaces, or Landlock with seccomp. */
+export type SandboxBackend = "bwrap" | "landlock";
+
 /** The values of {@linkcode SandboxMode}, for validation. */
 export const SANDBOX_MODES: readonly SandboxMode[] = ["none", "os", "auto"];
 
@@ -60,6 +63,13 @@ export interface WorkerCommand {
   local: boolean;
   /** The wrappers around the worker, outermost first (e.g. `["setpriv", "bwrap"]`). */
   wrappers: readonly string[];
+  /**
+   * The OS sandbox backends confining the worker, outermost first:
+   * `["bwrap", "landlock"]` (both), `["landlock"]` (where bubblewrap cannot
+   * run), `["bwrap"]` (where Landlock cannot), or `[]` (not sandboxed). For
+   * `stats()` and the start event.
+   */
+  sandboxes: readonly SandboxBackend[];
   /** Maps the spawned process's exit status to the worker's (undoes a wrapper's 128 + N). */
   mapExit: ExitMapper;
   /**

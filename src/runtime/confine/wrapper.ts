@@ -1,0 +1,213 @@
+/**
+ * The Landlock backend as one layer of a launch: a wrapper that runs the
+ * inner command through the confine step, with a Landlock ruleset built from
+ * the worker's permissions and the seccomp filter. Inside bubblewrap when
+ * both are used (bubblewrap mounts, and a Landlock domain forbids mounting).
+ * Plus the check of whether Landlock can confine a worker here at all.
+ *
+ * @module
+ */
+
+import { dirname, join } from "node:path";
+import process from "node:process";
+import { fileURLToPath } from "node:url";
+import type { ResolvedPermissions } from "../permissions.ts";
+import type { LaunchStep, WrappedStep, Wrapper } from "../launch/types.ts";
+import {
+  confinedArgv,
+  confineEntryUrl,
+  type ConfineRunner,
+  confineSpec,
+  type ConfineSupport,
+  probeConfineSupport,
+} from "./confine_command.ts";
+import { landlockGaps } from "./landlock.ts";
+import { seccompArch } from "./seccomp.ts";
+
+/** Options of {@linkcode landlockWrapper}. */
+export interface LandlockWrapperOptions {
+  /** The runtime that runs the confine step. */
+  runner: ConfineRunner;
+  /** What the kernel offers (from {@linkcode landlockAvailability}). */
+  support: ConfineSupport;
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's working directory. */
+  cwd: string;
+  /**
+   * Programs and installations the worker runs from, readable and
+   * executable: the runtime binary, or a command's program and its prefix.
+   */
+  executables: readonly string[];
+  /**
+   * Variables the step itself runs with, restored to the worker's own
+   * values (or removed) before the worker starts: see
+   * {@linkcode stepEnvironment}.
+   */
+  stepEnv: Readonly<Record<string, string>>;
+}
+
+/**
+ * The variables the confine step runs with on `runner`: for Deno, a cache
+ * directory of its own under the parent's (`<DENO_DIR>/airlock-confine`:
+ * the step's compiled code never comes from a cache a worker could write)
+ * and no update check; for Bun, no transpiler cache.
+ *
+ * @param runner The runtime that runs the step.
+ * @param parentDenoDir The parent's Deno cache directory, when known.
+ * @returns The variables, or an error detail when the step cannot run.
+ */
+export function stepEnvironment(
+  runner: ConfineRunner,
+  parentDenoDir: string | undefined,
+): Record<string, string> | { error: string } {
+  if (runner.runtime === "bun") {
+    return { BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" };
+  }
+  if (parentDenoDir === undefined) {
+    return {
+      error:
+        "the confine step runs on Deno, which needs a cache directory, and the parent has none (set DENO_DIR or HOME)",
+    };
+  }
+  return {
+    DENO_DIR: join(parentDenoDir, "airlock-confine"),
+    DENO_NO_UPDATE_CHECK: "1",
+  };
+}
+
+/**
+ * The paths the confine step must read to run (its runtime binary, its
+ * code, its cache): what bubblewrap mounts when the step runs inside it.
+ *
+ * @param runner The runtime that runs the step.
+ * @param stepEnv The step's own variables.
+ * @returns Absolute paths.
+ */
+export function stepReadOnly(
+  runner: ConfineRunner,
+  stepEnv: Readonly<Record<string, string>>,
+): string[] {
+  const paths = [runner.binary];
+  const entry = confineEntryUrl();
+  if (entry.protocol === "file:") {
+    const workers = dirname(fileURLToPath(entry));
+    paths.push(workers, join(dirname(workers), "src", "runtime", "confine"));
+  }
+  if (stepEnv.DENO_DIR !== undefined) paths.push(stepEnv.DENO_DIR);
+  return paths;
+}
+
+/**
+ * The Landlock wrapper: the inner command runs through the confine step,
+ * which applies the ruleset (the inner step's `readOnly` paths readable
+ * besides the grants) and the seccomp filter, then execs it. The step execs,
+ * so the worker keeps the step's pid and exit status.
+ *
+ * @param options The runner, kernel support, permissions and paths.
+ * @returns The wrapper.
+ */
+export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
+  return {
+    name: "landlock",
+    wrap(inner: LaunchStep): WrappedStep {
+      const changes: Record<string, string | null> = {};
+      for (const [name, value] of Object.entries(options.stepEnv)) {
+        if (inner.env[name] !== value) changes[name] = inner.env[name] ?? null;
+      }
+      const spec = confineSpec({
+        landlockAbi: options.support.landlockAbi,
+        seccomp: options.support.seccomp,
+        permissions: options.permissions,
+        executables: options.executables,
+        readOnly: inner.readOnly,
+        cwd: options.cwd,
+        argv: inner.argv,
+        env: changes,
+      });
+      return {
+        argv: confinedArgv(options.runner, spec),
+        env: { ...inner.env, ...options.stepEnv },
+        readOnly: [
+          ...stepReadOnly(options.runner, options.stepEnv),
+          ...inner.readOnly,
+        ],
+      };
+    },
+  };
+}
+
+/** Whether Landlock can confine a worker here, and alone. */
+export interface LandlockAvailability {
+  /** What the kernel offers, when the step could run. */
+  support: ConfineSupport | undefined;
+  /** The step's own variables, when it can run. */
+  stepEnv: Record<string, string> | undefined;
+  /** Whether Landlock and seccomp can be applied at all (as a second backend, at least). */
+  usable: boolean;
+  /** Whether Landlock alone enforces every grant (no ABI gap). */
+  alone: boolean;
+  /** Why it is not usable, or not alone, in words; `""` when it is both. */
+  reason: string;
+}
+
+/**
+ * Whether Landlock can confine a worker with these permissions here: the
+ * confine step must run (a runtime to run it, Linux, an architecture the
+ * seccomp filter knows), the kernel must have Landlock and seccomp, and, to
+ * confine alone, its ABI must have every feature the grants need (see
+ * `landlockGaps`).
+ *
+ * @param runner The runtime to run the step, or `undefined` with why there is none.
+ * @param permissions The worker's resolved permissions.
+ * @param parentEnv The parent's environment.
+ * @param parentDenoDir The parent's Deno cache directory, when known.
+ * @returns The availability.
+ */
+export function landlockAvailability(
+  runner: ConfineRunner | { none: string },
+  permissions: ResolvedPermissions,
+  parentEnv: Readonly<Record<string, string>>,
+  parentDenoDir: string | undefined,
+): LandlockAvailability {
+  const unusable = (reason: string): LandlockAvailability => ({
+    support: undefined,
+    stepEnv: undefined,
+    usable: false,
+    alone: false,
+    reason,
+  });
+  if ("none" in runner) return unusable(runner.none);
+  if (seccompArch(process.arch) === undefined) {
+    return unusable(
+      `the seccomp filter has no system call table for this architecture`,
+    );
+  }
+  const stepEnv = stepEnvironment(runner, parentDenoDir);
+  if ("error" in stepEnv) return unusable(stepEnv.error);
+  const support = probeConfineSupport(runner, {
+    PATH: parentEnv.PATH ?? "/usr/bin:/bin",
+    ...stepEnv,
+  });
+  if (support.error !== undefined) return unusable(support.error);
+  if (support.landlockAbi < 1) {
+    return unusable(
+      "the kernel has no Landlock (Linux 5.13 or later with landlock in its lsm= list)",
+    );
+  }
+  if (!support.seccomp) {
+    return unusable("the kernel does not offer seccomp filters");
+  }
+  const gaps = landlockGaps(permissions, support.landlockAbi);
+  return {
+    support,
+    stepEnv,
+    usable: true,
+    alone: gaps.length === 0,
+    reason: gaps.length === 0
+      ? ""
+      : `the kernel's Landlock ABI ${support.landlockAbi} lacks ${
+        gaps.map((gap) => `${gap.feature} (ABI ${gap.abi})`).join(" and ")
+      }`,
+  };
+}
