@@ -1,7 +1,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { tmpdir } from "node:os";
-import { session } from "../../mod.ts";
+import { session, WorkerStartError } from "../../mod.ts";
 import type project from "../fixtures/project/workers/project_worker.ts";
 import {
   captureLog,
@@ -9,6 +9,7 @@ import {
   fixture,
   needsWorkers,
   OTHER_RUNTIME,
+  rejection,
   RUNTIME,
   testOn,
 } from "../_helpers.ts";
@@ -50,19 +51,21 @@ describe("module resolution", () => {
     "deno",
     "session() config option overrides the discovered config",
     async () => {
-      const error = await session(
-        fixture("deno_project/workers/mapped_worker.ts"),
-        {
+      // The repo's own deno.json has no "greeting/" map: the import fails.
+      const failed = await rejection(
+        session(fixture("deno_project/workers/mapped_worker.ts"), {
           ...captureLog(),
           config: fixture("project/package.json").pathname.replace(
             "package.json",
             "../../../deno.json",
           ),
-        },
-      ).catch((e) => e);
-      assert.ok(
-        error instanceof Error,
-        "the repo's config has no greeting/ map",
+        }),
+        WorkerStartError,
+      );
+      assert.equal(failed.failure, "import");
+      assert.match(
+        failed.remoteMessage ?? "",
+        /"greeting\/hello\.ts".*not in import map/,
       );
     },
   );
