@@ -310,14 +310,24 @@ export function isGranted(scopes: ResolvedScopes): boolean {
  * otherwise `--no-prompt` followed by one `--allow-<kind>[=<scopes>]` per
  * granted kind. Nothing granted gives `["--no-prompt"]`.
  *
+ * The environment follows one rule on both runtimes: a variable given to
+ * the worker is readable without a grant, and one not given is absent
+ * (`undefined`, never a throw). So unless `env` is granted wholesale, the
+ * given names join `--allow-env`, and `--ignore-env` makes every other name
+ * read as `undefined` (Deno would throw `NotCapable`); this also hides what
+ * Deno and airlock add to a worker's environment (`DENO_DIR`, Deno's `PATH`
+ * shim) unless given.
+ *
  * @param permissions The resolved permissions.
  * @param extraRead Paths the worker must read besides its grants (merged into
  * `--allow-read` unless read is granted wholesale). A worker started through
  * a `data:` main module that imports its module statically needs none: see
  * docs/permissions.md.
+ * @param givenEnv The names of the environment variables the worker is given
+ * (its `env` and `inheritEnv`).
  * @returns The flags, to put between `deno run` and the main module.
  * @throws {RangeError} when an extra read path is relative or contains a
- * comma.
+ * comma, or a given variable name is empty or contains a comma.
  *
  * @example
  * ```ts
@@ -335,13 +345,27 @@ export function isGranted(scopes: ResolvedScopes): boolean {
  *   "--allow-env",
  * ]);
  * assert.deepEqual(denoPermissionFlags(resolvePermissions("all", "/"), []), ["-A"]);
+ * assert.deepEqual(
+ *   denoPermissionFlags(resolvePermissions({ env: ["HOME"] }, "/"), [], ["TOKEN"]),
+ *   ["--no-prompt", "--allow-env=HOME,TOKEN", "--ignore-env"],
+ * );
  * ```
  */
 export function denoPermissionFlags(
   permissions: ResolvedPermissions,
   extraRead: readonly string[],
+  givenEnv: readonly string[] = [],
 ): string[] {
   if (permissions.all) return ["-A"];
+  givenEnv.forEach((name) => {
+    if (typeof name !== "string" || name === "" || name.includes(",")) {
+      throw new RangeError(
+        `Invalid option "env": the variable name ${
+          describe(name)
+        } cannot be granted to a Deno worker (--allow-env cannot express an empty name or a comma)`,
+      );
+    }
+  });
   extraRead.forEach((path, index) => {
     if (typeof path !== "string" || !isAbsolute(path) || path.includes(",")) {
       throw new RangeError(
@@ -357,11 +381,15 @@ export function denoPermissionFlags(
     if (kind === "read" && scopes !== true && extraRead.length > 0) {
       scopes = dedupe([...scopes, ...extraRead]);
     }
+    if (kind === "env" && scopes !== true && givenEnv.length > 0) {
+      scopes = dedupe([...scopes, ...givenEnv]);
+    }
     if (scopes === true) flags.push(`--allow-${kind}`);
     else if (scopes.length > 0) {
       flags.push(`--allow-${kind}=${scopes.join(",")}`);
     }
   }
+  if (permissions.env !== true) flags.push("--ignore-env");
   return flags;
 }
 

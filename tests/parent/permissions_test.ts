@@ -4,6 +4,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
 import { PermissionError, RemoteError, session } from "../../mod.ts";
 import type permissions from "../fixtures/permissions_worker.ts";
 import {
@@ -78,18 +79,46 @@ describe("permissions", () => {
   );
 
   test(
-    "a worker sees only the environment variables it is given and granted",
+    "a variable given in env is readable without a grant; one not given is absent, never a throw",
+    needsWorkers(),
+    async () => {
+      process.env.AIRLOCK_TEST_INHERITED = "inherited";
+      try {
+        await using s = await session<typeof permissions>(worker, {
+          ...captureLog(),
+          env: { GIVEN: "yes" },
+          inheritEnv: ["AIRLOCK_TEST_INHERITED"],
+        });
+        assert.equal(await s.env("GIVEN"), "yes");
+        assert.equal(await s.env("AIRLOCK_TEST_INHERITED"), "inherited");
+        // Set in the parent, not given: absent, not NotCapable on Deno.
+        assert.equal(await s.env("PATH"), undefined);
+        // Added by airlock for Deno itself, not given: absent too.
+        assert.equal(await s.env("DENO_DIR"), undefined);
+        assert.equal(await s.env("NEVER_SET_ANYWHERE"), undefined);
+        assert.deepEqual(
+          // airlock sets NO_COLOR unless given; bubblewrap always sets PWD
+          // (docs/permissions.md).
+          (await s.envNames()).filter((name) => name !== "PWD"),
+          ["AIRLOCK_TEST_INHERITED", "GIVEN", "NO_COLOR"],
+        );
+      } finally {
+        delete process.env.AIRLOCK_TEST_INHERITED;
+      }
+    },
+  );
+
+  test(
+    "an env grant for a variable not given reads as undefined",
     needsWorkers(),
     async () => {
       await using s = await session<typeof permissions>(worker, {
         ...captureLog(),
-        permissions: { env: ["GIVEN"] },
+        permissions: { env: ["HOME"] },
         env: { GIVEN: "yes" },
       });
       assert.equal(await s.env("GIVEN"), "yes");
-      const home = await s.env("HOME").catch((e) => e);
-      if (RUNTIME === "deno") assertDenied(home, "env HOME");
-      else assert.equal(home, undefined);
+      assert.equal(await s.env("HOME"), undefined);
     },
   );
 

@@ -291,11 +291,46 @@ describe("isGranted()", () => {
 });
 
 describe("denoPermissionFlags()", () => {
-  test("denoPermissionFlags() with nothing granted is --no-prompt alone", () => {
+  test("denoPermissionFlags() with nothing granted is --no-prompt, and unknown variables read as undefined", () => {
     assert.deepEqual(
       denoPermissionFlags(resolvePermissions(undefined, CWD), []),
-      ["--no-prompt"],
+      ["--no-prompt", "--ignore-env"],
     );
+  });
+
+  test("denoPermissionFlags() lets the given variables be read without a grant, and only them", () => {
+    assert.deepEqual(
+      denoPermissionFlags(resolvePermissions(undefined, CWD), [], ["TOKEN"]),
+      ["--no-prompt", "--allow-env=TOKEN", "--ignore-env"],
+    );
+    assert.deepEqual(
+      denoPermissionFlags(
+        resolvePermissions({ env: ["HOME", "TOKEN"] }, CWD),
+        [],
+        ["TOKEN", "MODE"],
+      ),
+      ["--no-prompt", "--allow-env=HOME,TOKEN,MODE", "--ignore-env"],
+    );
+    // Granted wholesale: every variable of its (cleared) environment.
+    assert.deepEqual(
+      denoPermissionFlags(resolvePermissions({ env: true }, CWD), [], ["A"]),
+      ["--no-prompt", "--allow-env"],
+    );
+    assert.deepEqual(
+      denoPermissionFlags(resolvePermissions("all", CWD), [], ["A"]),
+      ["-A"],
+    );
+  });
+
+  test("denoPermissionFlags() refuses a given variable name Deno's flags cannot express", () => {
+    const resolved = resolvePermissions(undefined, CWD);
+    for (const name of ["A,B", ""]) {
+      assert.throws(
+        () => denoPermissionFlags(resolved, [], [name]),
+        (error: unknown) =>
+          error instanceof RangeError && error.message.includes('"env"'),
+      );
+    }
   });
 
   test('denoPermissionFlags() "all" is -A', () => {
@@ -330,6 +365,7 @@ describe("denoPermissionFlags()", () => {
       "--allow-run=git",
       "--allow-ffi",
       "--allow-sys=hostname",
+      "--ignore-env",
     ]);
   });
 
@@ -337,18 +373,22 @@ describe("denoPermissionFlags()", () => {
     const resolved = resolvePermissions({ read: ["./data"] }, CWD);
     assert.deepEqual(
       denoPermissionFlags(resolved, ["/srv/app/data", "/opt/airlock"]),
-      ["--no-prompt", "--allow-read=/srv/app/data,/opt/airlock"],
+      [
+        "--no-prompt",
+        "--allow-read=/srv/app/data,/opt/airlock",
+        "--ignore-env",
+      ],
     );
     assert.deepEqual(
       denoPermissionFlags(resolvePermissions(undefined, CWD), ["/opt/airlock"]),
-      ["--no-prompt", "--allow-read=/opt/airlock"],
+      ["--no-prompt", "--allow-read=/opt/airlock", "--ignore-env"],
     );
   });
 
   test("denoPermissionFlags() ignores extra read paths when read is granted wholesale", () => {
     assert.deepEqual(
       denoPermissionFlags(resolvePermissions({ read: true }, CWD), ["/x"]),
-      ["--no-prompt", "--allow-read"],
+      ["--no-prompt", "--allow-read", "--ignore-env"],
     );
   });
 

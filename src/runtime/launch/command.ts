@@ -224,11 +224,13 @@ function innerCommand(
   const binary = runtimeBinary(input.runtime, adapter, input);
   let argv: string[];
   if (input.runtime === "deno") {
+    const givenEnv = Object.keys(env);
     completeDenoEnv(env, adapter.environment());
     argv = denoRunArgv({
       binary,
       permissions: input.permissions,
       extraRead: [],
+      givenEnv,
       config: input.config,
       projectDir: moduleUrl.protocol === "file:"
         ? dirname(fileURLToPath(moduleUrl))

@@ -78,6 +78,8 @@ export interface DenoRunOptions {
   permissions: ResolvedPermissions;
   /** Paths the worker must read besides its grants (self-exec's module trees). */
   extraRead: readonly string[];
+  /** The names of the variables the worker is given: readable without a grant. */
+  givenEnv: readonly string[];
   /** The `config` option, if given. */
   config: string | undefined;
   /** The directory whose project flags apply when no config is given, if any. */
@@ -104,11 +106,12 @@ export interface DenoRunOptions {
  *     binary: "/opt/deno",
  *     permissions: resolvePermissions(undefined, "/app"),
  *     extraRead: [],
+ *     givenEnv: [],
  *     config: "/app/deno.json",
  *     projectDir: undefined,
  *     main: "file:///app/main.ts",
  *   }),
- *   ["/opt/deno", "run", "--quiet", "--no-lock", "--no-prompt", "--config", "/app/deno.json", "file:///app/main.ts"],
+ *   ["/opt/deno", "run", "--quiet", "--no-lock", "--no-prompt", "--ignore-env", "--config", "/app/deno.json", "file:///app/main.ts"],
  * );
  * ```
  */
@@ -118,7 +121,11 @@ export function denoRunArgv(options: DenoRunOptions): string[] {
     "run",
     "--quiet",
     "--no-lock",
-    ...denoPermissionFlags(options.permissions, options.extraRead),
+    ...denoPermissionFlags(
+      options.permissions,
+      options.extraRead,
+      options.givenEnv,
+    ),
     ...(options.config !== undefined
       ? ["--config", options.config]
       : options.projectDir !== undefined

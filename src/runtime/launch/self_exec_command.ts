@@ -145,12 +145,14 @@ export function selfExecCommand(
       mainPath,
       modulePath,
     ]);
+    const givenEnv = Object.keys(env);
     completeDenoEnv(env, parentEnv);
     const argv = denoRunArgv({
       binary,
       // Every file of a dynamically imported module graph needs read access.
       permissions: withMarkerEnv(input.permissions),
       extraRead: readOnly.filter((path) => !path.includes(",")),
+      givenEnv,
       config: input.config,
       projectDir: mainPath === undefined ? undefined : dirname(mainPath),
       main,
