@@ -32,7 +32,9 @@ export {
   type DefineWorkerOptions,
   type Handler,
   type Handlers,
+  type NoReservedNames,
   RESERVED_NAMES,
+  type ReservedName,
   type WorkerDefinition,
 } from "./src/worker/define_worker.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { RESERVED_NAMES } from "../protocol/reserved.ts";
+import { RESERVED_NAMES, type ReservedName } from "../protocol/reserved.ts";
 
 /** What a handler sees as `this`. */
 export interface CallContext {
@@ -32,6 +32,23 @@ export type Handler = (this: CallContext, ...args: any[]) => unknown;
 
 /** The handlers a worker serves, by op name. */
 export type Handlers = Record<string, Handler>;
+
+/**
+ * Refuses reserved handler names in the type: for each handler of `H` whose
+ * name is reserved, a property whose type is a message naming it, which no
+ * function satisfies, so `defineWorker({ close() {} })` does not
+ * type-check. Handlers typed by an index signature (built at run time) are
+ * checked when the worker is defined only.
+ *
+ * @typeParam H The handlers.
+ */
+export type NoReservedNames<H> = string extends keyof H ? unknown
+  : {
+    readonly [K in keyof H & ReservedName]?:
+      `handler name "${K}" is reserved: rename it`;
+  };
+
+export type { ReservedName };
 
 /** Options of {@linkcode defineWorker}. */
 export interface DefineWorkerOptions<H extends Handlers = Handlers> {
@@ -86,7 +103,9 @@ export interface WorkerDefinition<H extends Handlers = Handlers> {
  * parent consumed. Ending the iteration early in the parent cancels the
  * handler and runs its `finally` blocks. See docs/streaming.md.
  *
- * @typeParam H The handlers.
+ * @typeParam H The handlers. A reserved name among them (`close`, `stream`,
+ *   …: {@linkcode RESERVED_NAMES}) fails type-checking, besides the
+ *   `TypeError` when the worker is defined.
  * @param handlers The handlers, by op name.
  * @param options Idempotent ops and concurrency.
  * @returns The definition to export by default.
@@ -120,7 +139,7 @@ export interface WorkerDefinition<H extends Handlers = Handlers> {
  * // export default definition;
  * ```
  */
-export function defineWorker<H extends Handlers>(
+export function defineWorker<H extends Handlers & NoReservedNames<H>>(
   handlers: H,
   options: DefineWorkerOptions<H> = {},
 ): WorkerDefinition<H> {
