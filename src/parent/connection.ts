@@ -124,6 +124,7 @@ export class Connection {
   #options: ConnectionOptions;
   #child: ChildHandle;
   #hello: HelloMessage | undefined;
+  #workerPid: number | undefined;
   #pending = new Map<number, CallRecord>();
   /** Deadlines of the calls written. */
   #deadlines = new DeadlineQueue<CallRecord>((call, startedAt) =>
@@ -175,9 +176,13 @@ export class Connection {
     }
   }
 
-  /** The worker's pid: from its hello once ready (the real worker inside any sandbox). */
+  /**
+   * The worker's pid once ready: the real process below any local wrapper
+   * (found by the launch, never taken from the hello, which a worker can
+   * forge); through a launcher, the far side's pid from the hello.
+   */
   get pid(): number {
-    return this.#hello?.pid ?? this.spawnPid;
+    return this.#workerPid ?? this.spawnPid;
   }
 
   /** The hello, once ready. */
@@ -459,6 +464,9 @@ export class Connection {
     if (!this.#hello) {
       if (message.type === "hello") {
         this.#hello = message;
+        this.#workerPid = this.#options.command.local
+          ? this.#options.command.workerPid(this.spawnPid)
+          : message.pid;
         this.#syncRef();
         this.#resolveReady(message);
         return;

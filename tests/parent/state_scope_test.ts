@@ -124,12 +124,12 @@ describe("watch", needsWorkers(), () => {
       );
       const oldPid = s.pid;
       const inFlight = s.slowAll("select v from t1", 300);
-      await s.whoami();
+      const oldId = await s.whoami();
       rmSync(data, { recursive: true });
       makeData(data, "t2", "new");
       const next = s.all("select v from t2");
       const finished = await inFlight;
-      assert.equal(finished.pid, oldPid);
+      assert.equal(finished.pid, oldId);
       assert.deepEqual(finished.rows, [{ v: "old" }]);
       assert.deepEqual(await next, [{ v: "new" }]);
       assert.notEqual(s.pid, oldPid);

@@ -1,7 +1,7 @@
 /**
  * The bubblewrap (`bwrap`) command line of a sandboxed worker: pure
  * functions from paths and resolved permissions to an argv. bubblewrap runs
- * the worker in its own mount, network, IPC, UTS and user namespaces,
+ * the worker in its own mount, pid, network, IPC, UTS and user namespaces,
  * so that everything in the process, native code included, sees only the
  * runtime, its libraries, the worker's code and the granted paths. What to
  * mount for the code is found by `mounts.ts`; whether to sandbox at all is
@@ -154,9 +154,10 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
 
 /**
  * Builds bubblewrap's command line for a worker. The worker gets new user
- * (with nested user namespaces disabled), IPC, UTS and cgroup namespaces and,
- * unless `net` is granted, a network namespace with only loopback; it keeps
- * the host's pid namespace (so its own pid is a real one). No capabilities;
+ * (with nested user namespaces disabled), pid, IPC, UTS and cgroup namespaces
+ * and, unless `net` is granted, a network namespace with only loopback: it
+ * can see and signal only its own processes (its pid inside is 2, under
+ * bubblewrap's init; the host pid is found by the launch). No capabilities;
  * a new session; killed when its parent dies; an environment of `env` only
  * (bubblewrap adds `PWD`).
  *
@@ -263,6 +264,7 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     "--new-session",
     "--unshare-user",
     "--disable-userns",
+    "--unshare-pid",
     "--unshare-ipc",
     "--unshare-uts",
     "--unshare-cgroup-try",

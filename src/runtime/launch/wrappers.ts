@@ -52,7 +52,9 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
         env: {},
         readOnly: [options.bwrap],
         mapExit: exitThroughWrapper,
-        levels: 1,
+        // bubblewrap forks its init (pid 1 of the new pid namespace), which
+        // forks the worker.
+        levels: 2,
       };
     },
   };

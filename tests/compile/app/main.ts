@@ -19,7 +19,9 @@ const s = await session<typeof probe>(
   },
 );
 try {
-  const worker = await s.info();
+  // The pid airlock reports: the worker's own process.pid is 2 inside the
+  // sandbox's pid namespace.
+  const worker = { ...await s.info(), pid: s.pid };
   const refused = await s.readText(outside).then(
     () => null,
     (error: unknown) =>
@@ -34,7 +36,8 @@ try {
         ? { name: error.name, signal: error.signal, pid: error.pid ?? null }
         : { name: String(error), signal: null, pid: null },
   );
-  const after = await s.info();
+  await s.info();
+  const after = { pid: s.pid };
   console.log(JSON.stringify({
     parent: { pid: process.pid, execPath: process.execPath },
     worker,
