@@ -8,6 +8,8 @@
 
 /** Containers (arrays, objects, maps, sets, errors) nest at most this deep. */
 export const MAX_DEPTH = 512;
+/** An error cause chain holds at most this many errors; longer ones are cut. */
+export const MAX_ERROR_CHAIN = 16;
 
 export const TAG_DATE = 1;
 export const TAG_BIGNUM = 2;

@@ -533,12 +533,22 @@ function decodeTag(tag: number, depth: number): unknown {
       const name = readTextItem("a custom type name");
       const data = decodeItem(depth + 1);
       const type = customTypeByName(name);
+      const shown = JSON.stringify(
+        name.length > 60 ? `${name.slice(0, 60)}…` : name,
+      );
       if (!type) {
         throw malformed(
-          `a value of custom type "${name}", which is not registered in this process (call registerType on both sides)`,
+          `a value of custom type ${shown}, which is not registered in this process (call registerType on both sides)`,
         );
       }
-      return type.decode(data);
+      try {
+        return type.decode(data);
+      } catch (error: unknown) {
+        throw new ProtocolError(
+          `Cannot decode value: the decode function of custom type ${shown} threw (at byte ${at})`,
+          { cause: error },
+        );
+      }
     }
     default: {
       const ctor = TYPED_ARRAY_BY_TAG.get(tag);

@@ -24,6 +24,7 @@ import {
 import {
   LITTLE_ENDIAN,
   MAX_DEPTH,
+  MAX_ERROR_CHAIN,
   swapBytes,
   TAG_ARRAY_BUFFER,
   TAG_ATTACHMENT,
@@ -78,8 +79,6 @@ export interface EncodeValueOptions {
   prefixBytes?: number | undefined;
 }
 
-/** An error cause chain is cut after this many errors. */
-const MAX_ERROR_CHAIN = 16;
 /** The scratch buffer is dropped after an encode that grew it past this. */
 const MAX_KEPT_SCRATCH_BYTES = 4 * 1024 * 1024;
 const INITIAL_SCRATCH_BYTES = 16 * 1024;

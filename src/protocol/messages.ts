@@ -238,7 +238,7 @@ function requireId(record: Record<string, unknown>, type: string): number {
   if (
     typeof id !== "number" || !Number.isSafeInteger(id) || id < 0
   ) {
-    fail(`"${type}" has an invalid id ${String(id)}`);
+    fail(`"${type}" has an invalid id ${show(id)}`);
   }
   return id;
 }
@@ -286,7 +286,7 @@ function requireCount(
 ): number {
   const value = record[key];
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
-    fail(`"${type}" has an invalid "${key}" ${String(value)}`);
+    fail(`"${type}" has an invalid "${key}" ${show(value)}`);
   }
   return value;
 }
@@ -298,17 +298,67 @@ function optionalWindow(
   const value = record[key];
   if (value === undefined) return undefined;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
-    fail(`"call" has an invalid "${key}" ${String(value)}`);
+    fail(`"call" has an invalid "${key}" ${show(value)}`);
   }
   return value;
 }
 
+/** Longest text of a wire value quoted in a message, in characters. */
+const SHOW_CHARS = 60;
+
+/**
+ * A wire value for an error message, without calling anything on it
+ * (`String({ toString: "x" })` throws).
+ */
+function show(value: unknown): string {
+  try {
+    return describe(value);
+  } catch {
+    // A proxy (a custom type's decode may return anything).
+    return "a value that cannot be read";
+  }
+}
+
+function describe(value: unknown): string {
+  switch (typeof value) {
+    case "string": {
+      const cut = value.length > SHOW_CHARS
+        ? `${value.slice(0, SHOW_CHARS)}…`
+        : value;
+      return JSON.stringify(cut);
+    }
+    case "number":
+      return Object.is(value, -0) ? "-0" : String(value);
+    case "bigint":
+      return `${value}n`;
+    case "boolean":
+    case "undefined":
+      return String(value);
+    case "object":
+      if (value === null) return "null";
+      if (Array.isArray(value)) return `an array of ${value.length}`;
+      if (value instanceof Error) return "an error";
+      if (Object.getPrototypeOf(value) === Object.prototype) {
+        return "an object";
+      }
+      return `a ${Object.prototype.toString.call(value).slice(8, -1)}`;
+    default:
+      return `a ${typeof value}`;
+  }
+}
+
+/**
+ * The error of a fatal message: the value itself when it is an error (the
+ * decoder builds errors total and printable), an `Error` saying what was
+ * sent otherwise. Total: returns for any value.
+ */
 function asError(value: unknown): Error {
   if (value instanceof Error) return value;
-  const error = new Error(
-    typeof value === "string" ? value : "worker reported a non-error value",
+  return new Error(
+    typeof value === "string"
+      ? value
+      : `worker reported a non-error value: ${show(value)}`,
   );
-  return error;
 }
 
 /**
@@ -377,20 +427,20 @@ export function decodeMessage(frame: Frame): Message {
       ) {
         fail(
           `the worker speaks protocol version ${
-            String(version)
+            show(version)
           }, this parent speaks ${OLDEST_MESSAGE_VERSION} to ${MESSAGE_VERSION}`,
         );
       }
       const pid = record.pid;
       if (typeof pid !== "number" || !Number.isSafeInteger(pid) || pid < 0) {
-        fail(`"hello" has an invalid pid ${String(pid)}`);
+        fail(`"hello" has an invalid pid ${show(pid)}`);
       }
       const concurrency = record.concurrency ?? 1;
       if (
         typeof concurrency !== "number" || !Number.isSafeInteger(concurrency) ||
         concurrency < 1
       ) {
-        fail(`"hello" has an invalid concurrency ${String(concurrency)}`);
+        fail(`"hello" has an invalid concurrency ${show(concurrency)}`);
       }
       return {
         type,

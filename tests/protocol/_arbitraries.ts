@@ -21,7 +21,16 @@ const Float16 = (globalThis as {
 
 const keyArb = fc.oneof(
   fc.string({ maxLength: 8 }),
-  fc.constantFrom("__proto__", "constructor", "type", "id", "code", ""),
+  fc.constantFrom(
+    "__proto__",
+    "constructor",
+    "toString",
+    "valueOf",
+    "type",
+    "id",
+    "code",
+    "",
+  ),
   fc.string({ unit: "grapheme", maxLength: 5 }),
 );
 
@@ -159,6 +168,13 @@ function makeError(
   }
   for (const [key, value] of Object.entries(props)) {
     if (["name", "message", "stack", "cause", "errors"].includes(key)) continue;
+    // Names of inherited methods are left out on the way back (an own
+    // `toString` string would make the error unprintable).
+    if (
+      typeof (error as unknown as Record<string, unknown>)[key] === "function"
+    ) {
+      continue;
+    }
     Object.defineProperty(error, key, {
       value,
       writable: true,

@@ -255,7 +255,9 @@ function makeError(
   for (const [k, v] of Object.entries(props)) {
     if (
       k === "name" || k === "message" || k === "stack" || k === "cause" ||
-      (k === "errors" && error instanceof AggregateError)
+      (k === "errors" && error instanceof AggregateError) ||
+      // Inherited methods are left out on the way back (buildError).
+      typeof (error as unknown as Record<string, unknown>)[k] === "function"
     ) {
       continue;
     }

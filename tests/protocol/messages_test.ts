@@ -228,7 +228,7 @@ describe("decodeMessage() refusals", () => {
     );
     assertRefused(
       { type: "call", id: 3, op: "rows", args: [], windowBytes: "big" },
-      /"windowBytes" big/,
+      /"windowBytes" "big"/,
     );
   });
 
@@ -243,7 +243,7 @@ describe("decodeMessage() refusals", () => {
 
   test("decodeMessage() refuses a hello with an invalid pid, concurrency or op lists", () => {
     assertRefused({ ...HELLO, pid: -1 }, /invalid pid -1/);
-    assertRefused({ ...HELLO, pid: "7" }, /invalid pid 7/);
+    assertRefused({ ...HELLO, pid: "7" }, /invalid pid "7"/);
     assertRefused({ ...HELLO, concurrency: 0 }, /invalid concurrency 0/);
     assertRefused({ ...HELLO, concurrency: 1.5 }, /invalid concurrency/);
     assertRefused({ ...HELLO, ops: ["a", 1] }, /"ops" that is not a list/);
