@@ -7,6 +7,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import {
+  cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -17,7 +18,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, needs } from "../_helpers.ts";
+import { checkNoLeaks, needs, needsWorkers, skipUnless } from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -56,13 +57,14 @@ function run(
   argv: string[],
   env: Record<string, string>,
   timeoutMs: number,
+  cwd = app,
 ): Promise<Run> {
   const [program, ...args] = argv;
   return new Promise((resolve) => {
     execFile(
       program as string,
       args,
-      { cwd: app, env, timeout: timeoutMs, killSignal: "SIGKILL" },
+      { cwd, env, timeout: timeoutMs, killSignal: "SIGKILL" },
       (error, stdout, stderr) => {
         const code = error
           ? typeof (error as { code?: unknown }).code === "number"
@@ -75,7 +77,11 @@ function run(
   });
 }
 
-async function compile(entry: string, out: string): Promise<string> {
+async function compile(
+  entry: string,
+  out: string,
+  worker = "./workers/probe_worker.ts",
+): Promise<string> {
   const outfile = join(scratch, out);
   const built = await run(
     [
@@ -83,7 +89,7 @@ async function compile(entry: string, out: string): Promise<string> {
       "build",
       "--compile",
       entry,
-      "./workers/probe_worker.ts",
+      worker,
       "--outfile",
       outfile,
     ],
@@ -163,6 +169,61 @@ describe("bun build --compile", needs("bwrap"), () => {
     assert.match(result.stdout, /would start itself again in a loop/);
   });
 });
+
+/**
+ * A real N-API add-on (msgpackr's optional native part, a dev dependency),
+ * in the package layout @libsql/client and lmdb use: a platform package
+ * that the library requires by a name computed at run time.
+ */
+const addonPackage =
+  `@msgpackr-extract/msgpackr-extract-${process.platform}-${process.arch}`;
+const addonDir = join(root, "node_modules", ...addonPackage.split("/"));
+const addonMissing = existsSync(join(addonDir, "node.napi.glibc.node"))
+  ? undefined
+  : `the native add-on ${addonPackage} (glibc) is not installed here (run "npm ci" on Linux with glibc)`;
+
+describe(
+  "bun build --compile, a worker with a native add-on",
+  addonMissing ? skipUnless(addonMissing) : needsWorkers("bun"),
+  () => {
+    test("an add-on required by a computed name is found beside the executable through NODE_PATH", async () => {
+      // The executable in its own directory, the add-on's package copied
+      // into node_modules/ beside it, run from a directory outside that
+      // tree (Bun also looks up from the working directory).
+      const dir = join(scratch, "shipped");
+      mkdirSync(join(dir, "node_modules", "@msgpackr-extract"), {
+        recursive: true,
+      });
+      cpSync(addonDir, join(dir, "node_modules", ...addonPackage.split("/")), {
+        recursive: true,
+      });
+      const built = await compile(
+        "./native.ts",
+        join("shipped", "app"),
+        "./workers/native_worker.ts",
+      );
+      const elsewhere = join(scratch, "elsewhere");
+      mkdirSync(elsewhere, { recursive: true });
+      const without = await run([built], baseEnv(), 20_000, elsewhere);
+      assert.equal(without.code, 0, without.stderr);
+      const failure = JSON.parse(without.stdout.trim()) as { error?: string };
+      assert.match(
+        failure.error ?? "",
+        new RegExp(`WorkerStartError: .*Cannot find module '${addonPackage}/`),
+      );
+      const withPath = await run(
+        [built, "--node-path"],
+        baseEnv(),
+        20_000,
+        elsewhere,
+      );
+      assert.equal(withPath.code, 0, withPath.stderr);
+      assert.deepEqual(JSON.parse(withPath.stdout.trim()), {
+        addonExport: "function",
+      });
+    });
+  },
+);
 
 describe("AIRLOCK_SELF_EXEC=1 without compiling", () => {
   test("deno run: the program's entry runs again as the worker", async () => {
