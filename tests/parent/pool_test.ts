@@ -15,6 +15,7 @@ import {
   fixture,
   isAlive,
   needsWorkers,
+  scratchDir,
   until,
   within,
 } from "../_helpers.ts";
@@ -210,6 +211,25 @@ describe("pool() lost calls", needsWorkers(), () => {
     assert.equal(error.pid, error.pids[1]);
     assert.match(error.message, /after 2 attempts/);
     assert.equal(p.stats().crashed, 2);
+  });
+  test("pool() a worker that dies while starting costs a waiting call no attempt", async () => {
+    using dir = scratchDir("pool-start");
+    await using p = pool(fixture("reliability/chaos_worker.ts"), {
+      ...captureLog(),
+      permissions: { read: [dir.path], write: [dir.path] },
+      // The first start dies in setup (the mark is new), the second passes.
+      setup: [["read", dir.path, "setup", 1, true]],
+      maxRetries: 1,
+      max: 1,
+    });
+    const error = await p.call("write", [dir.path, "w", 1, "before"]).then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(error instanceof WorkerCrashedError, String(error));
+    assert.equal(error.attempts, 1);
+    assert.equal(error.pids.length, 1);
+    assert.equal(error.pid, error.pids[0]);
   });
 });
 

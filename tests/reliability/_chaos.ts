@@ -55,7 +55,13 @@ export interface ChaosTarget {
     args: unknown[],
     options: { timeoutMs?: number },
   ): Promise<unknown>;
-  /** Pids of live workers, for the killer. */
+  /**
+   * Pids the killer may shoot: live workers that have answered at least one
+   * call since they started. A crash at a random moment of a worker's
+   * service is what the run models; a killer that shoots each new worker
+   * before it can answer anything (under load a start, and the first calls
+   * after it, are slow) would defeat any finite `maxRetries`, library or not.
+   */
   pids(): number[];
   /** Called every `disruptEvery` calls without waiting (e.g. `restart()`). */
   disrupt?(): Promise<void>;

@@ -45,6 +45,20 @@ function chaosOptions(dir: string): ChaosOptions {
   };
 }
 
+/** The session's worker, once it has answered a call since it started. */
+function servingPids(s: {
+  pid: number | undefined;
+  stats(): { completed: number };
+}): number[] {
+  const pid = s.pid;
+  if (pid === undefined) return [];
+  const completed = s.stats().completed;
+  let first = firstSeen.get(pid);
+  if (first === undefined) firstSeen.set(pid, first = completed);
+  return completed > first ? [pid] : [];
+}
+const firstSeen = new Map<number, number>();
+
 function workerOptions(dir: string) {
   return {
     ...captureLog(),
@@ -95,7 +109,7 @@ describe("chaos", needsWorkers(), () => {
         report = await within(
           runChaos({
             call: (op, args, options) => s.call(op, args, options),
-            pids: () => s.pid === undefined ? [] : [s.pid],
+            pids: () => servingPids(s),
             disrupt: () => s.restart(),
           }, chaosOptions(dir)),
           90_000,
@@ -137,7 +151,9 @@ describe("chaos", needsWorkers(), () => {
           runChaos({
             call: (op, args, options) => p.call(op, args, options),
             pids: () =>
-              p.stats().perWorker.filter((w) => !w.retiring).map((w) => w.pid),
+              p.stats().perWorker.filter((w) =>
+                !w.retiring && w.calls > w.running
+              ).map((w) => w.pid),
           }, chaosOptions(dir)),
           90_000,
           "the chaos run",
