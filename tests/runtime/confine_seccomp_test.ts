@@ -1,5 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import {
   seccompArch,
   seccompDenials,
@@ -83,6 +84,19 @@ describe("seccompFilter()", () => {
       assert.equal(run(x86(), { arch: X86_64, nr }), "errno 1", `x86_64 ${nr}`);
     }
     for (const nr of [117, 270, 271, 425, 426, 427, 280, 241, 282, 219]) {
+      assert.equal(
+        run(arm(), { arch: AARCH64, nr }),
+        "errno 1",
+        `aarch64 ${nr}`,
+      );
+    }
+  });
+
+  test("seccompFilter() refuses System V IPC and POSIX message queues", () => {
+    for (const nr of [29, 30, 64, 65, 68, 69, 240]) {
+      assert.equal(run(x86(), { arch: X86_64, nr }), "errno 1", `x86_64 ${nr}`);
+    }
+    for (const nr of [194, 196, 190, 193, 186, 189, 180]) {
       assert.equal(
         run(arm(), { arch: AARCH64, nr }),
         "errno 1",
@@ -176,6 +190,16 @@ describe("seccompFilter()", () => {
 });
 
 describe("seccompDenials()", () => {
+  test("seccompDenials() are all listed in docs/permissions.md", () => {
+    const docs = readFileSync(
+      new URL("../../docs/permissions.md", import.meta.url),
+      "utf8",
+    );
+    for (const denial of seccompDenials(NOTHING)) {
+      assert.ok(docs.includes(`\`${denial.name}\``), denial.name);
+    }
+  });
+
   test("seccompDenials() lists what the filter refuses, socket rule by grant", () => {
     const names = seccompDenials(NOTHING).map((denial) => denial.name);
     for (

@@ -4,10 +4,11 @@
  * worker never needs and an attacker would: debugging other processes
  * (`ptrace`, `process_vm_readv`/`writev`), `io_uring` (whose operations slip
  * past a filter), kernel keyrings, BPF, perf, `userfaultfd`, new namespaces
- * and mounts, module loading, and sockets the grants do not cover (no socket
- * at all without `net`; no unix socket unless `net` is `true`). Everything
- * else is allowed; a call of another architecture (32-bit `int 0x80`, x32)
- * kills the process.
+ * and mounts, module loading, System V IPC and POSIX message queues (the
+ * host's, where there is no IPC namespace), and sockets the grants do not
+ * cover (no socket at all without `net`; no unix socket unless `net` is
+ * `true`). Everything else is allowed; a call of another architecture
+ * (32-bit `int 0x80`, x32) kills the process.
  *
  * Pure: the same grants give the same bytes. Bubblewrap takes them with
  * `--seccomp FD`; the confine step installs them itself (see `step.ts`).
@@ -115,6 +116,23 @@ const ALWAYS_DENIED: ReadonlyArray<
   ["settimeofday", 164, 170],
   ["clock_settime", 227, 112],
   ["lookup_dcookie", 212, 18],
+  // System V IPC and POSIX message queues: without an IPC namespace (Landlock
+  // alone) the host user's segments, semaphores and queues are reachable by
+  // key or id.
+  ["shmget", 29, 194],
+  ["shmat", 30, 196],
+  ["shmctl", 31, 195],
+  ["shmdt", 67, 197],
+  ["semget", 64, 190],
+  ["semop", 65, 193],
+  ["semctl", 66, 191],
+  ["semtimedop", 220, 192],
+  ["msgget", 68, 186],
+  ["msgsnd", 69, 189],
+  ["msgrcv", 70, 188],
+  ["msgctl", 71, 187],
+  ["mq_open", 240, 180],
+  ["mq_unlink", 241, 181],
   ["iopl", 172, null],
   ["ioperm", 173, null],
 ];
