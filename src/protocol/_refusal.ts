@@ -110,7 +110,21 @@ export function formatPath(path: string): string {
     : bare;
 }
 
-export function refusalToTypeError(refusal: Refusal, root: unknown): TypeError {
+/** Which way a value was going when it was refused. */
+export type CrossingDirection = "to-worker" | "to-parent";
+
+const CROSSING: Readonly<Record<CrossingDirection | "unknown", string>> = {
+  "to-worker": "cannot cross to the worker",
+  "to-parent": "cannot cross from the worker to the parent",
+  "unknown": "cannot cross to another process",
+};
+
+export function refusalToTypeError(
+  refusal: Refusal,
+  root: unknown,
+  direction: CrossingDirection | undefined,
+): TypeError {
+  const crossing = CROSSING[direction ?? "unknown"];
   if (refusal.label === DEPTH_LABEL) {
     const cycle = findCycle(root);
     if (cycle !== undefined) {
@@ -120,7 +134,7 @@ export function refusalToTypeError(refusal: Refusal, root: unknown): TypeError {
       return new TypeError(
         `Cannot send ${
           formatPath(cycle.path)
-        }: a circular reference cannot cross to a worker process (it refers back to ${target})`,
+        }: a circular reference ${crossing} (it refers back to ${target})`,
       );
     }
   }
@@ -130,7 +144,7 @@ export function refusalToTypeError(refusal: Refusal, root: unknown): TypeError {
   return new TypeError(
     `Cannot send ${
       formatPath(refusal.path)
-    }: ${refusal.what} cannot cross to a worker process${hint}`,
+    }: ${refusal.what} ${crossing}${hint}`,
   );
 }
 

@@ -12,6 +12,7 @@
  */
 
 import {
+  type CrossingDirection,
   DEPTH_LABEL,
   findCycle,
   keySegment,
@@ -21,6 +22,8 @@ import {
   refusalToTypeError,
   refuseObject,
 } from "./_refusal.ts";
+
+export type { CrossingDirection };
 import {
   LITTLE_ENDIAN,
   MAX_DEPTH,
@@ -77,6 +80,16 @@ export interface EncodeValueOptions {
    * @default {0}
    */
   prefixBytes?: number | undefined;
+  /**
+   * Which way the value is going, for the message of a refusal:
+   * `"to-worker"` (a call's arguments: "cannot cross to the worker") or
+   * `"to-parent"` (a result, an error, streamed values: "cannot cross from
+   * the worker to the parent"). Without it the message says "cannot cross
+   * to another process".
+   *
+   * @default {undefined}
+   */
+  direction?: CrossingDirection | undefined;
 }
 
 /** The scratch buffer is dropped after an encode that grew it past this. */
@@ -110,14 +123,15 @@ let busy = false;
  * of the value propagates unchanged.
  *
  * @param value The value to encode.
- * @param options The attachment threshold.
+ * @param options The attachment threshold, header space and direction.
  * @returns The head (a fresh copy) and the attachments (views, no copy).
  * @throws {TypeError} when the value holds something that cannot cross (a
  * function, a symbol, a promise, an instance of another class, a circular
- * reference, nesting deeper than 512); the message names the path, e.g.
- * `Cannot send args[1].onDone: a function cannot cross to a worker process`.
+ * reference, nesting deeper than 512); the message names the path and the
+ * direction, e.g. `Cannot send args[1].onDone: a function cannot cross to
+ * the worker`.
  * @throws {RangeError} when `attachmentThresholdBytes` is not a non-negative
- * number.
+ * number, or `prefixBytes` not a whole number from 0 to 64.
  */
 export function encodeValue(
   value: unknown,
@@ -132,12 +146,6 @@ export function encodeValue(
       }`,
     );
   }
-  // A getter that sends a value while we encode gets a scratch of its own.
-  const outer = busy ? saveEncoderState() : undefined;
-  if (outer !== undefined) {
-    buf = new Uint8Array(INITIAL_SCRATCH_BYTES);
-    view = new DataView(buf.buffer);
-  }
   const prefix = options?.prefixBytes ?? 0;
   if (!Number.isInteger(prefix) || prefix < 0 || prefix > 64) {
     throw new RangeError(
@@ -145,6 +153,12 @@ export function encodeValue(
         String(prefix)
       }`,
     );
+  }
+  // A getter that sends a value while we encode gets a scratch of its own.
+  const outer = busy ? saveEncoderState() : undefined;
+  if (outer !== undefined) {
+    buf = new Uint8Array(INITIAL_SCRATCH_BYTES);
+    view = new DataView(buf.buffer);
   }
   busy = true;
   buf.fill(0, 0, prefix);
@@ -157,7 +171,9 @@ export function encodeValue(
     encodeAny(value, 1);
     return { head: buf.slice(0, pos), attachments, attachmentBytes };
   } catch (error: unknown) {
-    if (error instanceof Refusal) throw refusalToTypeError(error, value);
+    if (error instanceof Refusal) {
+      throw refusalToTypeError(error, value, options?.direction);
+    }
     throw error;
   } finally {
     if (outer !== undefined) {

@@ -8,7 +8,7 @@
 
 import { ProtocolError } from "../errors.ts";
 import { decodeValue } from "./decode_value.ts";
-import { encodeValue } from "./encode_value.ts";
+import { type CrossingDirection, encodeValue } from "./encode_value.ts";
 import { type Frame, FRAME_HEADER_BYTES, frameInPlace } from "./frame.ts";
 
 /** The request id reserved for control messages. */
@@ -194,6 +194,25 @@ export type ParentMessage =
 /** Every message of the protocol. */
 export type Message = WorkerMessage | ParentMessage;
 
+/**
+ * Which way each message goes, so that a value that cannot cross is named
+ * with the direction it was going (a new message type must be listed).
+ */
+const DIRECTION: Readonly<Record<Message["type"], CrossingDirection>> = {
+  call: "to-worker",
+  cancel: "to-worker",
+  credit: "to-worker",
+  shutdown: "to-worker",
+  hello: "to-parent",
+  fatal: "to-parent",
+  result: "to-parent",
+  error: "to-parent",
+  items: "to-parent",
+  end: "to-parent",
+  progress: "to-parent",
+  "shutdown-ack": "to-parent",
+};
+
 /** Options of {@linkcode encodeMessage}. */
 export interface EncodeMessageOptions {
   /**
@@ -221,6 +240,7 @@ export function encodeMessage(
   const encoded = encodeValue(message, {
     prefixBytes: FRAME_HEADER_BYTES,
     attachmentThresholdBytes: options?.attachmentThresholdBytes,
+    direction: DIRECTION[message.type],
   });
   return frameInPlace(
     encoded.head,

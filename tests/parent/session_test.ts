@@ -127,10 +127,17 @@ describe("session() calls", needsWorkers(), () => {
       (e) => e,
     );
     assert.ok(error instanceof TypeError);
-    assert.match(error.message, /args\[0\]\.onDone/);
+    assert.match(
+      error.message,
+      /args\[0\]\.onDone: a function cannot cross to the worker$/,
+    );
     const back = await s.returnFunction().then(() => undefined, (e) => e);
     assert.ok(back instanceof RemoteError);
     assert.equal(back.name, "TypeError");
+    assert.match(
+      back.message,
+      /value\.fn: a function cannot cross from the worker to the parent/,
+    );
     assert.equal(await s.add(1, 1), 2);
   });
 });

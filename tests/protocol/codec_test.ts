@@ -767,7 +767,7 @@ describe("encodeValue() and decodeValue() errors", () => {
 describe("encodeValue() refusals", () => {
   function refusal(value: unknown): string {
     try {
-      encodeValue(value);
+      encodeValue(value, { direction: "to-worker" });
     } catch (error: unknown) {
       assert.ok(error instanceof TypeError, String(error));
       return error.message;
@@ -784,7 +784,32 @@ describe("encodeValue() refusals", () => {
     };
     assert.equal(
       refusal(message),
-      "Cannot send args[1].onDone: a function cannot cross to a worker process",
+      "Cannot send args[1].onDone: a function cannot cross to the worker",
+    );
+  });
+
+  test("encodeValue() names the direction the value was going", () => {
+    const fn = () => 1;
+    const message = (direction?: "to-worker" | "to-parent"): string => {
+      try {
+        encodeValue({ value: { fn } }, { direction });
+      } catch (error: unknown) {
+        assert.ok(error instanceof TypeError, String(error));
+        return error.message;
+      }
+      return assert.fail("encodeValue() did not throw");
+    };
+    assert.equal(
+      message("to-parent"),
+      "Cannot send value.fn: a function cannot cross from the worker to the parent",
+    );
+    assert.equal(
+      message("to-worker"),
+      "Cannot send value.fn: a function cannot cross to the worker",
+    );
+    assert.equal(
+      message(undefined),
+      "Cannot send value.fn: a function cannot cross to another process",
     );
   });
 
@@ -792,7 +817,7 @@ describe("encodeValue() refusals", () => {
     class Foo {}
     assert.equal(
       refusal({ args: [new Foo()] }),
-      "Cannot send args[0]: an instance of Foo cannot cross to a worker process; send a plain object instead",
+      "Cannot send args[0]: an instance of Foo cannot cross to the worker; send a plain object instead",
     );
   });
 
@@ -801,36 +826,36 @@ describe("encodeValue() refusals", () => {
     (row.children as unknown[]).push({ parent: row });
     assert.equal(
       refusal({ args: [row] }),
-      "Cannot send args[0].children[0].parent: a circular reference cannot cross to a worker process (it refers back to args[0])",
+      "Cannot send args[0].children[0].parent: a circular reference cannot cross to the worker (it refers back to args[0])",
     );
     const root: Record<string, unknown> = {};
     root.self = root;
     assert.equal(
       refusal(root),
-      "Cannot send self: a circular reference cannot cross to a worker process (it refers back to the value itself)",
+      "Cannot send self: a circular reference cannot cross to the worker (it refers back to the value itself)",
     );
   });
 
   test("encodeValue() names keys that are not identifiers, map entries and set items", () => {
     assert.equal(
       refusal({ "weird key": Symbol("s") }),
-      'Cannot send ["weird key"]: a symbol cannot cross to a worker process',
+      'Cannot send ["weird key"]: a symbol cannot cross to the worker',
     );
     assert.equal(
       refusal({ tags: new Map<unknown, unknown>([["a", 1], ["b", () => 2]]) }),
-      'Cannot send tags.get("b"): a function cannot cross to a worker process',
+      'Cannot send tags.get("b"): a function cannot cross to the worker',
     );
     assert.equal(
       refusal({ tags: new Map([[Symbol("k"), 1]]) }),
-      "Cannot send tags.keys()[0]: a symbol cannot cross to a worker process",
+      "Cannot send tags.keys()[0]: a symbol cannot cross to the worker",
     );
     assert.equal(
       refusal({ ids: new Set([1, Promise.resolve()]) }),
-      "Cannot send ids.values()[1]: a promise cannot cross to a worker process",
+      "Cannot send ids.values()[1]: a promise cannot cross to the worker",
     );
     assert.equal(
       refusal(() => 1),
-      "Cannot send value: a function cannot cross to a worker process",
+      "Cannot send value: a function cannot cross to the worker",
     );
   });
 

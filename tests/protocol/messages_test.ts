@@ -131,8 +131,30 @@ describe("encodeMessage() and decodeMessage()", () => {
           args: [1, { onDone: () => 1 }],
         }),
       (error: unknown) =>
-        error instanceof TypeError && /args\[1\]\.onDone/.test(error.message),
+        error instanceof TypeError &&
+        error.message ===
+          "Cannot send args[1].onDone: a function cannot cross to the worker",
     );
+  });
+
+  test("encodeMessage() names the direction of a worker's message that cannot cross", () => {
+    for (
+      const message of [
+        { type: "result", id: 1, value: { fn: () => 1 } },
+        { type: "progress", id: 1, value: { fn: () => 1 } },
+        { type: "items", id: 1, values: [{ fn: () => 1 }] },
+      ] as Message[]
+    ) {
+      assert.throws(
+        () => encodeMessage(message),
+        (error: unknown) =>
+          error instanceof TypeError &&
+          /: a function cannot cross from the worker to the parent$/.test(
+            error.message,
+          ),
+        message.type,
+      );
+    }
   });
 });
 
