@@ -24,6 +24,7 @@ import { delimiter, isAbsolute, join } from "node:path";
 import { inspect } from "node:util";
 import process from "node:process";
 import type { LogSource } from "../mod.ts";
+import { assertNoWorkers, liveWorkers } from "../testing.ts";
 import { probeConfineSupport } from "../src/runtime/confine/confine_command.ts";
 
 /** The runtime running the tests. */
@@ -152,13 +153,16 @@ export function liveChildren(): { pid: number; cmdline: string }[] {
 /**
  * Registers an `after()` hook that fails the file if any child process is
  * still alive once its tests are done (after a short grace for exits in
- * progress), and kills the survivors.
+ * progress), and kills the survivors; and, through the test kit's
+ * `assertNoWorkers()`, if airlock still counts a worker as live.
  */
 export function checkNoLeaks(): void {
   after(async () => {
     const end = Date.now() + 3_000;
     let left = liveChildren();
-    while (left.length > 0 && Date.now() < end) {
+    while (
+      (left.length > 0 || liveWorkers().length > 0) && Date.now() < end
+    ) {
       await new Promise((resolve) => setTimeout(resolve, 25));
       left = liveChildren();
     }
@@ -174,6 +178,7 @@ export function checkNoLeaks(): void {
       [],
       "processes outlived the tests that spawned them",
     );
+    assertNoWorkers();
   });
 }
 

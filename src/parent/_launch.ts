@@ -23,6 +23,7 @@ import {
   startConnection,
 } from "./connection.ts";
 import { createCall } from "./_call.ts";
+import { startFault } from "./_faults.ts";
 import type { ResolvedWorkerOptions } from "./options.ts";
 
 /** Backoff before respawn number n (1-based), in ms. */
@@ -124,6 +125,9 @@ export async function launchWorker(
       onLog: options.onLog,
       events: routed,
     });
+    if (startFault(options, conn)) {
+      conn.kill("its start was made to fail by the test kit (failNextStart)");
+    }
     try {
       await conn.ready;
       for (const [op, ...args] of options.setup) {

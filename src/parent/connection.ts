@@ -35,6 +35,8 @@ import {
 } from "./_exit.ts";
 import { LineSplitter, type LogSink, OutputTail } from "./_log.ts";
 import { describeValue, toRemoteError } from "./_remote_error.ts";
+import { registerWorker, unregisterWorker } from "./_registry.ts";
+import { answerDelayMs } from "./_faults.ts";
 
 export { crashError } from "./_exit.ts";
 export type { ConnectionExit } from "./_exit.ts";
@@ -155,6 +157,7 @@ export class Connection {
     });
     this.ready.catch(() => {});
     live.add(child);
+    registerWorker(this, options.command.local);
     reapOnExit(options.adapter);
     const stdoutDone = this.#pumpStdout();
     const stderrDone = this.#pumpStderr();
@@ -397,7 +400,19 @@ export class Connection {
     const decoder = new TextDecoder();
     const frames = new FrameReader({
       maxFrameBytes: this.#options.maxFrameBytes,
-      onFrame: (frame) => this.#onMessage(decodeMessage(frame)),
+      onFrame: (frame) => {
+        const message = decodeMessage(frame);
+        // Test kit (delayAnswers): hold back the worker's messages.
+        const delayMs = this.#hello ? answerDelayMs(this) : 0;
+        if (delayMs === 0) return this.#onMessage(message);
+        setTimeout(() => {
+          try {
+            this.#onMessage(message);
+          } catch (error: unknown) {
+            this.kill(`killed by airlock after a protocol error: ${error}`);
+          }
+        }, delayMs);
+      },
       onStray: (bytes) => {
         const text = decoder.decode(bytes, { stream: true });
         this.#tail.push(text);
@@ -554,6 +569,7 @@ export class Connection {
   ): Promise<ConnectionExit> {
     const status = await this.#child.exited;
     live.delete(this.#child);
+    unregisterWorker(this);
     // A reply written just before exiting still counts: drain stdout first.
     let drainTimer: ReturnType<typeof setTimeout> | undefined;
     const drained = await Promise.race([

@@ -32,6 +32,7 @@ import {
   resolveWorkerOptions,
 } from "./_resolve_options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
+import { bindFaults } from "./_faults.ts";
 import {
   resolveTracker,
   type StaleCause,
@@ -492,5 +493,5 @@ export function pool<D = unknown>(
     invalidate: () => core.invalidate(),
     stats: () => core.stats(),
   };
-  return withProxy<PoolHandle<D>, D>(handle, call);
+  return bindFaults(withProxy<PoolHandle<D>, D>(handle, call), resolved);
 }

@@ -27,6 +27,7 @@ import {
 } from "./options.ts";
 import { resolveWorkerOptions } from "./_resolve_options.ts";
 import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
+import { bindFaults } from "./_faults.ts";
 import {
   resolveTracker,
   type StateStamp,
@@ -336,5 +337,5 @@ export async function session<D = unknown>(
     },
     stats: () => core.stats(),
   };
-  return withProxy<SessionHandle<D>, D>(handle, call);
+  return bindFaults(withProxy<SessionHandle<D>, D>(handle, call), resolved);
 }

@@ -1,12 +1,13 @@
 /**
  * Process facts read from the OS: resident memory, and whether a pid is
- * alive. Linux reads /proc; elsewhere `ps` is not consulted and the figures
+ * alive; and sending a process a signal. Linux reads /proc; elsewhere `ps` is not consulted and the figures
  * are `undefined`.
  *
  * @module
  */
 
 import { readFileSync } from "node:fs";
+import process from "node:process";
 
 /**
  * Resident memory of a process, the OS figure (VmRSS), which includes what
@@ -43,4 +44,16 @@ export function isRunning(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Sends a signal to a process (for the test kit's fault injection).
+ *
+ * @param pid The process.
+ * @param signal The signal's name, e.g. `"SIGSEGV"`.
+ * @throws {Error} when there is no such process or signal, or it may not be
+ * signalled.
+ */
+export function signalProcess(pid: number, signal: string): void {
+  process.kill(pid, signal);
 }
