@@ -64,7 +64,7 @@ import {
   WorkerCrashedError,
   WorkerTimeoutError,
 } from "../../mod.ts";
-import type { LogSource } from "../../mod.ts";
+import type { LogSource, PermissionsOption } from "../../mod.ts";
 import { FrameReader } from "../../src/protocol/frame.ts";
 import {
   decodeMessage,
@@ -138,6 +138,11 @@ export interface ConformanceTarget {
   env?: Readonly<Record<string, string>>;
   /** Why it cannot run here: the cases are then registered as skipped. */
   skip?: string | undefined;
+  /**
+   * The workers' permissions (default: airlock's, nothing granted). The
+   * protocol suite may grant everything: confinement has its own tests.
+   */
+  permissions?: PermissionsOption;
 }
 
 /** Every op a conformance worker serves. */
@@ -555,6 +560,9 @@ export function conformance(target: ConformanceTarget): void {
     extra: Partial<SessionOptions> = {},
   ): SessionOptions => ({
     command: target.command,
+    ...(target.permissions === undefined
+      ? {}
+      : { permissions: target.permissions }),
     ...extra,
     env: { ...target.env, ...extra.env },
   });

@@ -3,11 +3,20 @@
 // the value mapping, async handlers and start failures.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import process from "node:process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { oneShot, RemoteError, session, WorkerStartError } from "../../mod.ts";
-import { captureLog, checkNoLeaks, needs, until } from "../_helpers.ts";
+import {
+  captureLog,
+  checkNoLeaks,
+  needs,
+  needsSandbox,
+  scratchDir,
+  until,
+} from "../_helpers.ts";
 import { findPython, PYTHON_ENTRY, pythonFixture } from "./_python.ts";
 import { conformance } from "./conformance.ts";
 
@@ -23,6 +32,9 @@ conformance({
     PYTHON_ENTRY,
     pythonFixture("conformance_worker.py"),
   ],
+  // The protocol suite (whoami compares pids, which a pid namespace makes
+  // all alike); the confinement of Python workers is tested below.
+  permissions: "all",
   skip: needs("python3").skip ?? python.skip,
 });
 
@@ -62,7 +74,11 @@ describe("python worker: sqlite3 state on disk", () => {
         rmSync(dir, { recursive: true, force: true });
         mkdirSync(dir);
       };
-      const options = { ...quiet, command: command("sqlite_worker.py") };
+      const options = {
+        ...quiet,
+        command: command("sqlite_worker.py"),
+        permissions: { read: [dir], write: [dir] },
+      };
       try {
         const fresh = oneShot<{ handlers: SqliteOps }>(db, options);
         await fresh.seed(db, ["a", "b", "c"]);
@@ -98,6 +114,7 @@ describe("python worker: sqlite3 state on disk", () => {
         await using s = await session<{ handlers: SqliteOps }>(db, {
           ...quiet,
           command: command("sqlite_worker.py"),
+          permissions: { read: [dir], write: [dir] },
         });
         await s.seed(db, ["x"]);
         const failure = await s.query(db, "select * from missing").then(
@@ -139,6 +156,8 @@ function openTypes(log = captureLog()) {
   return session<Types>(pythonFixture("types_worker.py"), {
     onStderr: log.onStderr,
     command: command("types_worker.py"),
+    // raw_writes runs /bin/echo.
+    permissions: { run: ["/bin/echo"] },
   });
 }
 
@@ -418,4 +437,51 @@ describe("python worker: start failures", () => {
     assert.equal(failure.failure, "import");
     assert.match(failure.message, /"then" is reserved/);
   });
+});
+
+interface ConfineOps {
+  read(path: string): string;
+  write(path: string): string;
+  unixConnect(path: string): string;
+  tcpConnect(port: number): string;
+  signal(pid: number, signal: number): string;
+}
+
+describe("python worker: confined like a module worker", needsSandbox(), () => {
+  // Runs under bubblewrap and Landlock, and (second CI pass) Landlock alone.
+  pyTest(
+    "a Python worker reads and writes its grant and nothing else, and reaches no socket or process",
+    async () => {
+      using dir = scratchDir("py-confine");
+      mkdirSync(dir.join("granted"));
+      mkdirSync(dir.join("outside"));
+      writeFileSync(dir.join("granted", "in.txt"), "inside");
+      writeFileSync(dir.join("outside", "secret.txt"), "secret");
+      const server = createServer((socket) => socket.destroy());
+      const socketPath = dir.join("granted", "host.sock");
+      await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+      try {
+        await using s = await session<{ handlers: ConfineOps }>(
+          pythonFixture("confine_worker.py"),
+          {
+            ...quiet,
+            command: command("confine_worker.py"),
+            permissions: {
+              read: [dir.join("granted")],
+              write: [dir.join("granted")],
+            },
+          },
+        );
+        assert.equal(await s.read(dir.join("granted", "in.txt")), "ok");
+        assert.equal(await s.write(dir.join("granted", "new.txt")), "ok");
+        assert.notEqual(await s.read(dir.join("outside", "secret.txt")), "ok");
+        assert.notEqual(await s.write(dir.join("outside", "new.txt")), "ok");
+        assert.notEqual(await s.read("/etc/shadow"), "ok");
+        assert.notEqual(await s.unixConnect(socketPath), "ok");
+        assert.notEqual(await s.signal(process.pid, 0), "ok");
+      } finally {
+        await new Promise((resolve) => server.close(resolve));
+      }
+    },
+  );
 });

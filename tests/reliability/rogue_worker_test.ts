@@ -131,6 +131,9 @@ describe("rogue workers", needsWorkers(), () => {
     const error = await failure(
       session(rogue, {
         ...captureLog(),
+        // A command is confined like any worker; this one is about the
+        // protocol, and Deno as a command needs its cache directory.
+        permissions: "all",
         command: rogueCommand("claim"),
         maxRetries: 0,
       }),
@@ -146,6 +149,9 @@ describe("rogue workers", needsWorkers(), () => {
     const garbage = await failure(
       session(rogue, {
         ...captureLog(),
+        // A command is confined like any worker; this one is about the
+        // protocol, and Deno as a command needs its cache directory.
+        permissions: "all",
         command: rogueCommand("garbage"),
         maxRetries: 0,
       }),
@@ -158,6 +164,9 @@ describe("rogue workers", needsWorkers(), () => {
     const half = await failure(
       session(rogue, {
         ...captureLog(),
+        // A command is confined like any worker; this one is about the
+        // protocol, and Deno as a command needs its cache directory.
+        permissions: "all",
         command: rogueCommand("half"),
         maxRetries: 0,
       }),

@@ -95,6 +95,9 @@ describe("pid namespace", () => {
     );
     const runtime = process.execPath;
     await using s = await session(HOSTILE, {
+      // Unconfined, as a command was before commands were sandboxed: Deno
+      // as a command needs its cache directory.
+      permissions: "all",
       command: RUNTIME === "deno"
         ? [runtime, "run", "-A", "--quiet", program]
         : [runtime, program],

@@ -10,8 +10,8 @@
  * @module
  */
 
-import { readFileSync } from "node:fs";
-import { dirname } from "node:path";
+import { readFileSync, statSync } from "node:fs";
+import { basename, dirname, isAbsolute } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
@@ -29,7 +29,7 @@ import {
   resolveProgram,
   trustedRealPath,
 } from "./executable.ts";
-import { denoCacheMounts, workerMounts } from "./mounts.ts";
+import { denoCacheMounts, projectRoot, workerMounts } from "./mounts.ts";
 import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
 import type {
@@ -194,9 +194,9 @@ function innerCommand(
     }
     return {
       step: { argv: [resolved.path, ...rest], env, readOnly: [] },
-      binary: undefined,
+      binary: resolved.path,
       runtime: undefined,
-      codeMounts: undefined,
+      codeMounts: () => commandMounts(resolved.path, rest),
       compiledDeno: false,
     };
   }
@@ -261,6 +261,30 @@ function innerCommand(
 }
 
 /**
+ * What a `command` worker reads besides its grants: the installation of its
+ * program (`<prefix>` of `<prefix>/bin/<program>`, unless that is a system
+ * prefix whose libraries are mounted anyway) and the project of every file
+ * its arguments name (the script, a worker library).
+ */
+function commandMounts(program: string, args: readonly string[]): string[] {
+  const mounts = new Set<string>();
+  const bin = dirname(program);
+  if (basename(bin) === "bin") {
+    const prefix = dirname(bin);
+    if (!["/", "/usr", "/usr/local"].includes(prefix)) mounts.add(prefix);
+  }
+  for (const arg of args) {
+    if (!isAbsolute(arg)) continue;
+    try {
+      if (statSync(arg).isFile()) mounts.add(projectRoot(dirname(arg)));
+    } catch {
+      // Not a file: an argument like any other.
+    }
+  }
+  return [...mounts];
+}
+
+/**
  * The sandbox wrappers a worker gets, or none; throws when its permissions
  * cannot be enforced here.
  */
@@ -270,15 +294,16 @@ function sandboxWrappers(
   inner: InnerCommand,
 ): Wrapper[] {
   // Through a launcher the sandbox is the remote side's job: bwrap's
-  // mounts would name this machine's paths. A `command` is not sandboxed.
-  if (input.launcher.length > 0 || inner.runtime === undefined) return [];
+  // mounts would name this machine's paths.
+  if (input.launcher.length > 0) return [];
   const needsLookup = !input.permissions.all && input.sandbox !== "none";
   const bwrap = needsLookup
     ? linuxTool("bwrap", adapter, sandboxDenied(input.label))
     : undefined;
   const landlock = needsLookup ? landlockFor(input, adapter, inner) : undefined;
   const decision = sandboxDecision({
-    runtime: inner.runtime,
+    // A command has no permission model of its own, like Bun.
+    runtime: inner.runtime ?? "command",
     sandbox: input.sandbox,
     permissions: input.permissions,
     bwrap,
@@ -337,9 +362,15 @@ function landlockFor(
   inner: InnerCommand,
 ): (LandlockAvailability & { runner?: ConfineRunner }) | undefined {
   if (process.platform !== "linux") return undefined;
+  // The step runs on the worker's runtime, or the parent's for a command.
   const runner: ConfineRunner | { none: string } =
-    isCompiled() || inner.binary === undefined || inner.runtime === undefined
+    isCompiled() || inner.binary === undefined
       ? { none: "a compiled program has no runtime to run the confine step" }
+      : inner.runtime === undefined
+      ? {
+        runtime: adapter.name,
+        binary: runtimeBinary(adapter.name, adapter, input),
+      }
       : { runtime: inner.runtime, binary: inner.binary };
   const parentEnv = adapter.environment();
   const availability = landlockAvailability(

@@ -11,8 +11,8 @@ import type { SandboxMode } from "./types.ts";
 
 /** Options of {@linkcode sandboxDecision}. */
 export interface SandboxDecisionOptions {
-  /** The worker's runtime. */
-  runtime: "deno" | "bun";
+  /** The worker's runtime, or `"command"` for a user's command (no permission model of its own, like Bun). */
+  runtime: "deno" | "bun" | "command";
   /** The `sandbox` option, resolved. */
   sandbox: SandboxMode;
   /** The `permissions` option, resolved. */
@@ -98,6 +98,8 @@ export function sandboxDecision(
   options: SandboxDecisionOptions,
 ): SandboxDecision {
   const { runtime, sandbox, permissions, bwrap, platform, landlock } = options;
+  const who = runtime === "command" ? "A command worker has" : "Bun has";
+  const enforcer = runtime === "command" ? "the command" : "Bun";
   const unavailable = platform !== "linux"
     ? `the OS sandbox needs Linux (bubblewrap or Landlock), and this platform is "${platform}"`
     : bwrap === undefined && !landlock?.alone
@@ -131,11 +133,11 @@ export function sandboxDecision(
   }
 
   if (sandbox === "auto" && unavailable === undefined) {
-    if (runtime === "bun") {
+    if (runtime !== "deno") {
       return {
         use: true,
         reason:
-          "Bun has no permission model: the OS sandbox enforces the permissions",
+          `${who} no permission model: the OS sandbox enforces the permissions`,
       };
     }
     const escapes = (["ffi", "run"] as const).filter((kind) =>
@@ -167,12 +169,12 @@ export function sandboxDecision(
     return {
       use: false,
       reason:
-        `permissions.enforce is "best-effort": Bun enforces no permissions and ${without}`,
+        `permissions.enforce is "best-effort": ${enforcer} enforces no permissions and ${without}`,
     };
   }
   return {
     error:
-      `Bun has no permission model and ${without}, so nothing would enforce the permissions (not even the default of nothing granted); ${
+      `${who} no permission model and ${without}, so nothing would enforce the permissions (not even the default of nothing granted); ${
         sandbox === "none"
           ? 'use sandbox "auto" on Linux with bubblewrap, '
           : "install bubblewrap, "
