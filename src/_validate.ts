@@ -19,8 +19,11 @@
  * @module
  */
 
-import { isAbsolute, resolve as resolvePath } from "node:path";
-import { fileURLToPath } from "node:url";
+import {
+  fileURLToPath,
+  isAbsolute,
+  resolve as resolvePath,
+} from "./runtime/node_builtins.ts";
 
 /**
  * Shows a received value in an error message: strings quoted, bigints with

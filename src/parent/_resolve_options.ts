@@ -8,9 +8,15 @@
  * @module
  */
 
-import { basename, isAbsolute, resolve as resolvePath } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { existsSync, statSync } from "node:fs";
+import {
+  basename,
+  existsSync,
+  fileURLToPath,
+  isAbsolute,
+  pathToFileURL,
+  resolve as resolvePath,
+  statSync,
+} from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import type { LogSink } from "./connection.ts";
 import { resolvePermissions } from "../runtime/permissions.ts";

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { availableParallelism } from "node:os";
+import { availableParallelism } from "../runtime/node_builtins.ts";
 import type { RuntimeName } from "../runtime/types.ts";
 import type { LogSink, LogSource } from "./connection.ts";
 import type {
@@ -323,8 +323,13 @@ export const DEFAULTS = Object.freeze(
     closeTimeoutMs: 0,
     /** The largest frame accepted from a worker: 256 MiB. */
     maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
-    /** Pool size: the available cores, at least 1 and at most 8. */
-    max: Math.max(1, Math.min(8, availableParallelism())),
+    /**
+     * Pool size: the available cores, at least 1 and at most 8. Read when a
+     * pool is resolved, not at import (node:os is loaded on first use).
+     */
+    get max(): number {
+      return Math.max(1, Math.min(8, availableParallelism()));
+    },
     /** Workers a pool keeps alive against idle reaping. */
     min: 0,
     /** Idle pool workers above `min` are stopped after 60 s. */

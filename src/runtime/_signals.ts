@@ -5,29 +5,34 @@
  * @module
  */
 
-import { constants } from "node:os";
-import process from "node:process";
+import { process, signalConstants } from "./node_builtins.ts";
 
-const NAMES: Map<number, string> = new Map();
-for (const [name, number] of Object.entries(constants.signals)) {
-  if (!NAMES.has(number)) NAMES.set(number, name);
-}
-// Linux's real-time signals (34 to 64), which node:os does not list, named
-// as the kernel's tools do: SIGRTMIN, SIGRTMIN+1 … SIGRTMAX-1, SIGRTMAX.
-if (process.platform === "linux") {
-  const min = 34;
-  const max = 64;
-  for (let number = min; number <= max; number++) {
-    if (NAMES.has(number)) continue;
-    const name = number === min
-      ? "SIGRTMIN"
-      : number === max
-      ? "SIGRTMAX"
-      : number - min <= 15
-      ? `SIGRTMIN+${number - min}`
-      : `SIGRTMAX-${max - number}`;
-    NAMES.set(number, name);
+/** Built on first use: node:os is loaded only when a signal is named. */
+let names: Map<number, string> | undefined;
+
+function buildNames(): Map<number, string> {
+  const found: Map<number, string> = new Map();
+  for (const [name, number] of Object.entries(signalConstants())) {
+    if (!found.has(number)) found.set(number, name);
   }
+  // Linux's real-time signals (34 to 64), which node:os does not list, named
+  // as the kernel's tools do: SIGRTMIN, SIGRTMIN+1 … SIGRTMAX-1, SIGRTMAX.
+  if (process.platform === "linux") {
+    const min = 34;
+    const max = 64;
+    for (let number = min; number <= max; number++) {
+      if (found.has(number)) continue;
+      const name = number === min
+        ? "SIGRTMIN"
+        : number === max
+        ? "SIGRTMAX"
+        : number - min <= 15
+        ? `SIGRTMIN+${number - min}`
+        : `SIGRTMAX-${max - number}`;
+      found.set(number, name);
+    }
+  }
+  return found;
 }
 
 /**
@@ -37,5 +42,6 @@ if (process.platform === "linux") {
  * @returns Its name, e.g. `"SIGKILL"`, or `undefined`.
  */
 export function signalName(number: number): string | undefined {
-  return NAMES.get(number);
+  names ??= buildNames();
+  return names.get(number);
 }

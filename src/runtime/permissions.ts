@@ -8,8 +8,7 @@
  * @module
  */
 
-import { isAbsolute, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, isAbsolute, resolve } from "./node_builtins.ts";
 import { describe, toPath } from "../_validate.ts";
 
 /** The kinds whose scopes are paths, and so may be given as `URL` objects. */

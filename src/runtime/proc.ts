@@ -6,8 +6,7 @@
  * @module
  */
 
-import { readFileSync } from "node:fs";
-import process from "node:process";
+import { process, readFileSync } from "./node_builtins.ts";
 
 /**
  * Resident memory of a process, the OS figure (VmRSS), which includes what

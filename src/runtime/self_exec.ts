@@ -18,8 +18,7 @@
  * @module
  */
 
-import { basename } from "node:path";
-import process from "node:process";
+import { basename, process } from "./node_builtins.ts";
 import { detectRuntime } from "./detect.ts";
 import type { RuntimeName } from "./types.ts";
 

@@ -8,10 +8,7 @@
  * @module
  */
 
-import { spawnSync } from "node:child_process";
-import { Buffer } from "node:buffer";
-import process from "node:process";
-import { fileURLToPath } from "node:url";
+import { Buffer, fileURLToPath, process, spawnSync } from "../node_builtins.ts";
 import type { RuntimeName } from "../types.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { landlockRuleset } from "./landlock.ts";

@@ -16,7 +16,7 @@
  * @module
  */
 
-import process from "node:process";
+import { process } from "../node_builtins.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 
 /** The architectures the filter knows the system call numbers of. */

@@ -8,9 +8,7 @@
  * @module
  */
 
-import { dirname, join } from "node:path";
-import process from "node:process";
-import { fileURLToPath } from "node:url";
+import { dirname, fileURLToPath, join, process } from "../node_builtins.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { LaunchStep, WrappedStep, Wrapper } from "../launch/types.ts";
 import {

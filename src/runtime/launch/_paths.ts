@@ -6,7 +6,7 @@
  * @module
  */
 
-import { posix } from "node:path";
+import { posix } from "../node_builtins.ts";
 
 /**
  * An absolute POSIX path, normalised, without a trailing slash.

@@ -12,7 +12,7 @@
  * @module
  */
 
-import { isAbsolute } from "node:path";
+import { isAbsolute } from "../node_builtins.ts";
 import type { ResolvedPermissions, ResolvedScopes } from "../permissions.ts";
 import { isGranted } from "../permissions.ts";
 import { covers, depth, minimal, normalizePath } from "./_paths.ts";

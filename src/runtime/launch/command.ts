@@ -10,10 +10,15 @@
  * @module
  */
 
-import { readFileSync, statSync } from "node:fs";
-import { basename, dirname, isAbsolute } from "node:path";
-import process from "node:process";
-import { fileURLToPath } from "node:url";
+import {
+  basename,
+  dirname,
+  fileURLToPath,
+  isAbsolute,
+  process,
+  readFileSync,
+  statSync,
+} from "../node_builtins.ts";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
 import type { RuntimeAdapter, RuntimeName } from "../types.ts";
 import {

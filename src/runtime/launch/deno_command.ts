@@ -7,8 +7,7 @@
  * @module
  */
 
-import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname, existsSync, join } from "../node_builtins.ts";
 import {
   denoPermissionFlags,
   type ResolvedPermissions,

@@ -11,8 +11,18 @@
  * @module
  */
 
-import { closeSync, openSync, readSync, realpathSync, statSync } from "node:fs";
-import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
+import {
+  closeSync,
+  delimiter,
+  dirname,
+  isAbsolute,
+  join,
+  openSync,
+  readSync,
+  realpathSync,
+  resolve,
+  statSync,
+} from "../node_builtins.ts";
 
 /** Error codes that mean "no such file here", as opposed to "cannot look". */
 const ABSENT = new Set(["ENOENT", "ENOTDIR", "ENAMETOOLONG", "ELOOP"]);

@@ -6,8 +6,16 @@
  * @module
  */
 
-import { existsSync, readdirSync, realpathSync, statSync } from "node:fs";
-import { basename, dirname, join, posix } from "node:path";
+import {
+  basename,
+  dirname,
+  existsSync,
+  join,
+  posix,
+  readdirSync,
+  realpathSync,
+  statSync,
+} from "../node_builtins.ts";
 import { covers, normalizePath } from "./_paths.ts";
 
 /**

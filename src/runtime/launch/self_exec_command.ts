@@ -13,8 +13,7 @@
  * @module
  */
 
-import { dirname } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, fileURLToPath } from "../node_builtins.ts";
 import { WorkerStartError } from "../../errors.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import {

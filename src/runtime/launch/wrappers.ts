@@ -8,7 +8,7 @@
  * @module
  */
 
-import { basename } from "node:path";
+import { basename } from "../node_builtins.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { sandboxedArgv } from "./bwrap.ts";
 import { exitThroughWrapper } from "./exit.ts";

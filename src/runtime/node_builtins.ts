@@ -1,0 +1,168 @@
+/**
+ * The Node built-ins airlock's parent side uses, loaded on first use.
+ *
+ * On Deno, the first `node:` import (or touching the `process` global)
+ * starts Node compatibility, which costs a Deno process about 25 ms of CPU
+ * at start; a static `node:` import anywhere in `mod.ts`'s graph made every
+ * program that imports airlock pay it, whether it starts a worker or not.
+ * These bindings have the built-ins' names and types and load the module
+ * (`process.getBuiltinModule`, on both runtimes) the first time one of them
+ * is called, so only the paths that use them pay. `process.platform` and
+ * `process.arch` come from `Deno.build` on Deno, without Node compatibility.
+ *
+ * Nothing here may be called while a module is being imported.
+ *
+ * @module
+ */
+
+import type * as Buffer_ from "node:buffer";
+import type * as ChildProcess from "node:child_process";
+import type * as Fs from "node:fs";
+import type * as Os from "node:os";
+import type * as Path from "node:path";
+import type * as Url from "node:url";
+
+interface NodeProcess {
+  readonly platform: string;
+  readonly arch: string;
+  readonly env: Record<string, string | undefined>;
+  kill(pid: number, signal?: string | number): true;
+  getBuiltinModule(id: string): unknown;
+}
+
+interface DenoBuild {
+  readonly build: { readonly os: string; readonly arch: string };
+}
+
+function nodeProcess(): NodeProcess {
+  return (globalThis as unknown as { process: NodeProcess }).process;
+}
+
+/** Loads a built-in once, on first use. */
+function loader<T>(id: string): () => T {
+  let loaded: T | undefined;
+  return () => loaded ??= nodeProcess().getBuiltinModule(id) as T;
+}
+
+const fs = loader<typeof Fs>("node:fs");
+const path = loader<typeof Path>("node:path");
+const url = loader<typeof Url>("node:url");
+const os = loader<typeof Os>("node:os");
+const childProcess = loader<typeof ChildProcess>("node:child_process");
+const buffer = loader<typeof Buffer_>("node:buffer");
+
+/** A function of a module, bound on first call. */
+function lazy<M, K extends keyof M>(load: () => M, key: K): M[K] {
+  return ((...args: unknown[]) =>
+    (load()[key] as (...args: unknown[]) => unknown)(...args)) as M[K];
+}
+
+/** `node:fs` `closeSync`. */
+export const closeSync: typeof Fs.closeSync = lazy(fs, "closeSync");
+/** `node:fs` `existsSync`. */
+export const existsSync: typeof Fs.existsSync = lazy(fs, "existsSync");
+/** `node:fs` `openSync`. */
+export const openSync: typeof Fs.openSync = lazy(fs, "openSync");
+/** `node:fs` `readdirSync`. */
+export const readdirSync: typeof Fs.readdirSync = lazy(fs, "readdirSync");
+/** `node:fs` `readFileSync`. */
+export const readFileSync: typeof Fs.readFileSync = lazy(fs, "readFileSync");
+/** `node:fs` `readSync`. */
+export const readSync: typeof Fs.readSync = lazy(fs, "readSync");
+/** `node:fs` `realpathSync`. */
+export const realpathSync: typeof Fs.realpathSync = lazy(fs, "realpathSync");
+/** `node:fs` `statSync`. */
+export const statSync: typeof Fs.statSync = lazy(fs, "statSync");
+
+/** `node:path` `basename`. */
+export const basename: typeof Path.basename = lazy(path, "basename");
+/** `node:path` `dirname`. */
+export const dirname: typeof Path.dirname = lazy(path, "dirname");
+/** `node:path` `isAbsolute`. */
+export const isAbsolute: typeof Path.isAbsolute = lazy(path, "isAbsolute");
+/** `node:path` `join`. */
+export const join: typeof Path.join = lazy(path, "join");
+/** `node:path` `resolve`. */
+export const resolve: typeof Path.resolve = lazy(path, "resolve");
+/** `node:path` `posix`: the members airlock uses. */
+export const posix: Pick<
+  typeof Path.posix,
+  "isAbsolute" | "join" | "normalize"
+> = {
+  isAbsolute: (p) => path().posix.isAbsolute(p),
+  join: (...paths) => path().posix.join(...paths),
+  normalize: (p) => path().posix.normalize(p),
+};
+
+/** `node:url` `fileURLToPath`. */
+export const fileURLToPath: typeof Url.fileURLToPath = lazy(
+  url,
+  "fileURLToPath",
+);
+/** `node:url` `pathToFileURL`. */
+export const pathToFileURL: typeof Url.pathToFileURL = lazy(
+  url,
+  "pathToFileURL",
+);
+
+/** `node:os` `availableParallelism`. */
+export const availableParallelism: typeof Os.availableParallelism = lazy(
+  os,
+  "availableParallelism",
+);
+
+/**
+ * `node:os` `constants.signals`.
+ *
+ * @returns The signal numbers by name.
+ */
+export function signalConstants(): typeof Os.constants.signals {
+  return os().constants.signals;
+}
+
+/** `node:child_process` `spawnSync`. */
+export const spawnSync: typeof ChildProcess.spawnSync = lazy(
+  childProcess,
+  "spawnSync",
+);
+
+/** `node:buffer` `Buffer`: the members airlock uses. */
+export const Buffer: Pick<typeof Buffer_.Buffer, "from"> = {
+  from: lazy(() => buffer().Buffer, "from"),
+};
+
+const ARCH: Readonly<Record<string, string>> = {
+  "x86_64": "x64",
+  aarch64: "arm64",
+};
+
+/**
+ * `node:process`: the members airlock uses. `platform` and `arch` come from
+ * `Deno.build` on Deno (Node's names: `"linux"`, `"x64"`), so reading them
+ * does not start Node compatibility.
+ */
+export const process: Pick<NodeProcess, "platform" | "arch" | "env" | "kill"> =
+  {
+    get platform(): string {
+      const deno = (globalThis as { Deno?: DenoBuild }).Deno;
+      if (deno === undefined) return nodeProcess().platform;
+      return deno.build.os === "windows" ? "win32" : deno.build.os;
+    },
+    get arch(): string {
+      const deno = (globalThis as { Deno?: DenoBuild }).Deno;
+      if (deno === undefined) return nodeProcess().arch;
+      return ARCH[deno.build.arch] ?? deno.build.arch;
+    },
+    get env(): Record<string, string | undefined> {
+      return nodeProcess().env;
+    },
+    kill(pid, signal) {
+      return nodeProcess().kill(pid, signal);
+    },
+  };
+
+/**
+ * `node:path` `delimiter`, the separator of `PATH` entries: `;` on
+ * Windows, `:` elsewhere.
+ */
+export const delimiter: string = process.platform === "win32" ? ";" : ":";
