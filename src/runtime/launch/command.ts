@@ -53,6 +53,7 @@ import {
   landlockWrapper,
 } from "../confine/wrapper.ts";
 import { isCompiled } from "../self_exec.ts";
+import { bwrapUsable } from "../confine/bwrap_usable.ts";
 
 /**
  * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
@@ -302,9 +303,12 @@ function sandboxWrappers(
   // mounts would name this machine's paths.
   if (input.launcher.length > 0) return [];
   const needsLookup = !input.permissions.all && input.sandbox !== "none";
-  const bwrap = needsLookup
+  let bwrap = needsLookup
     ? linuxTool("bwrap", adapter, sandboxDenied(input.label))
     : undefined;
+  // Installed is not enough: user namespaces may be forbidden here.
+  const usability = bwrap === undefined ? undefined : bwrapUsable(bwrap);
+  if (usability?.usable === false) bwrap = undefined;
   const landlock = needsLookup ? landlockFor(input, adapter, inner) : undefined;
   const decision = sandboxDecision({
     // A command has no permission model of its own, like Bun.
@@ -314,6 +318,7 @@ function sandboxWrappers(
     bwrap,
     platform: process.platform,
     ...(landlock ? { landlock } : {}),
+    ...(usability?.usable === false ? { bwrapUnusable: usability.reason } : {}),
   });
   if ("error" in decision) {
     throw new PermissionError(

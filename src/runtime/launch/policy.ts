@@ -25,6 +25,8 @@ export interface SandboxDecisionOptions {
    * not considered.
    */
   landlock?: { readonly alone: boolean; readonly reason: string };
+  /** Why bubblewrap, though installed, cannot run here (its probe failed). */
+  bwrapUnusable?: string;
   /** The platform (`process.platform`), e.g. `"linux"`. */
   platform: string;
 }
@@ -103,7 +105,11 @@ export function sandboxDecision(
   const unavailable = platform !== "linux"
     ? `the OS sandbox needs Linux (bubblewrap or Landlock), and this platform is "${platform}"`
     : bwrap === undefined && !landlock?.alone
-    ? `bubblewrap ("bwrap") was not found on PATH or cannot run here (install it, e.g. "apt-get install bubblewrap")${
+    ? `${
+      options.bwrapUnusable === undefined
+        ? 'bubblewrap ("bwrap") was not found on PATH (install it, e.g. "apt-get install bubblewrap")'
+        : `bubblewrap ("bwrap") cannot run here: ${options.bwrapUnusable}`
+    }${
       landlock
         ? ` and Landlock cannot confine the worker alone: ${landlock.reason}`
         : ""
