@@ -151,13 +151,18 @@ export function liveChildren(): { pid: number; cmdline: string }[] {
 }
 
 /**
- * Registers an `after()` hook that fails the file if any child process is
- * still alive once its tests are done (after a short grace for exits in
- * progress), and kills the survivors; and, through the test kit's
- * `assertNoWorkers()`, if airlock still counts a worker as live.
+ * Fails the file if any child process is still alive once its tests are done
+ * (after a short grace for exits in progress), or airlock still counts a
+ * worker as live (the test kit's `assertNoWorkers()`), and kills the
+ * survivors.
+ *
+ * The check runs as a test registered after the file's own tests (from a
+ * microtask, once the module body has registered them): Deno ignores a
+ * failing top-level `after()` hook. The same check in `after()` remains for
+ * what a file with top-level `await` registers after that test.
  */
 export function checkNoLeaks(): void {
-  after(async () => {
+  const check = async () => {
     const end = Date.now() + 3_000;
     let left = liveChildren();
     while (
@@ -179,7 +184,11 @@ export function checkNoLeaks(): void {
       "processes outlived the tests that spawned them",
     );
     assertNoWorkers();
-  });
+  };
+  queueMicrotask(() =>
+    test("no process or worker outlives the tests of this file", check)
+  );
+  after(check);
 }
 
 /**
