@@ -45,10 +45,11 @@ function describeWorkers(workers: readonly LiveWorker[]): string {
 
 /**
  * Throws when a worker process started by this process is still alive,
- * naming each by pid and module. Call it at the end of a test (or in an
- * `after`/`afterEach` hook): Deno's resource sanitizers are off by default
- * since Deno 2.8, and Bun has none, so a session or pool left open would
- * otherwise go unnoticed.
+ * naming each by pid and module. Call it at the end of a test, after the
+ * scope that holds its sessions and pools (or in `bun:test`'s `afterEach`;
+ * Deno ignores failing `afterEach` hooks of `node:test`): Deno's resource
+ * sanitizers are off by default since Deno 2.8, and Bun has none, so a
+ * session or pool left open would otherwise go unnoticed.
  *
  * @throws {AssertionError} when workers are alive; its `actual` is the list
  * of {@linkcode LiveWorker}s.
