@@ -10,7 +10,7 @@
  * @module
  */
 
-import { spawnSync } from "node:child_process";
+import { spawnSync } from "../node_builtins.ts";
 import { bwrapProbeArgv } from "../launch/bwrap.ts";
 
 /** What {@linkcode bwrapUsable} found. */
