@@ -8,7 +8,14 @@
  * @module
  */
 
-import { dirname, fileURLToPath, join, process } from "../node_builtins.ts";
+import {
+  dirname,
+  fileURLToPath,
+  join,
+  process,
+  realpathSync,
+} from "../node_builtins.ts";
+import { writableByWorker } from "../launch/executable.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { LaunchStep, WrappedStep, Wrapper } from "../launch/types.ts";
 import {
@@ -135,6 +142,14 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
   };
 }
 
+function realPath(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    return path;
+  }
+}
+
 /** Whether Landlock can confine a worker here, and alone. */
 export interface LandlockAvailability {
   /** What the kernel offers, when the step could run. */
@@ -183,6 +198,18 @@ export function landlockAvailability(
   }
   const stepEnv = stepEnvironment(runner, parentDenoDir);
   if ("error" in stepEnv) return unusable(stepEnv.error);
+  // The step runs before any confinement: code a worker could have changed
+  // (its own or another's write grant) must never run there.
+  for (const path of stepReadOnly(runner, stepEnv)) {
+    const grant = writableByWorker(realPath(path));
+    if (grant !== undefined) {
+      return unusable(
+        `the confine step's ${JSON.stringify(path)} lies under ${
+          JSON.stringify(grant)
+        }, which a worker may write; keep write grants away from airlock, the runtime and its caches`,
+      );
+    }
+  }
   const support = probeConfineSupport(runner, {
     PATH: parentEnv.PATH ?? "/usr/bin:/bin",
     ...stepEnv,
