@@ -209,15 +209,21 @@ export function spawnPiped(
  * Runs a program with no stdio to its exit.
  *
  * @param argv Program and arguments.
+ * @param env The whole environment of the program (default: this
+ *   process's).
  * @returns The exit code.
  */
-export async function runQuiet(argv: string[]): Promise<number> {
+export async function runQuiet(
+  argv: string[],
+  env?: Record<string, string>,
+): Promise<number> {
   const bun = bunGlobal();
   if (bun) {
     return await bun.spawn(argv, {
       stdin: "ignore",
       stdout: "ignore",
       stderr: "ignore",
+      ...(env ? { env } : {}),
     }).exited;
   }
   const [program, ...args] = argv;
@@ -226,6 +232,7 @@ export async function runQuiet(argv: string[]): Promise<number> {
     stdin: "null",
     stdout: "null",
     stderr: "null",
+    ...(env ? { env, clearEnv: true } : {}),
   }).output();
   return status.code;
 }

@@ -17,6 +17,7 @@ import { oneShot, pool, session } from "../../mod.ts";
 import { decodeValue } from "../../src/protocol/decode_value.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
 import { FloorClient } from "./_floor_client.ts";
+import { wrappedBareCommand } from "./_wrapped_bare.ts";
 import {
   cpuMs,
   envVar,
@@ -489,28 +490,49 @@ function bareArgv(script: string): string[] {
 }
 
 async function start(config: DriverConfig): Promise<unknown> {
+  const options = {
+    env: workerEnv,
+    ...(config.permissionsAll ? { permissions: "all" as const } : {}),
+  };
   const runner = oneShot<typeof import("./bench_worker.ts").default>(
     workerUrl,
-    {
-      env: workerEnv,
-      ...(config.permissionsAll ? { permissions: "all" as const } : {}),
-    },
+    options,
+  );
+  // The target's baseline: the same runtime started bare under the same
+  // wrappers (setpriv, the OS sandbox) as the worker; the unwrapped bare
+  // start is reported beside it.
+  const wrapped = wrappedBareCommand(
+    workerUrl,
+    options,
+    scriptPath("empty.ts"),
   );
   const bare: number[] = [];
+  const bareWrapped: number[] = [];
   const one: number[] = [];
   for (let i = -config.warmup; i < config.iterations; i++) {
     let t = performance.now();
     check(await runQuiet(bareArgv("empty.ts")) === 0, "empty.ts exits 0");
     const bareMs = performance.now() - t;
     t = performance.now();
+    check(
+      await runQuiet(wrapped.argv, wrapped.env) === 0,
+      `a bare start under ${wrapped.wrappers.join(", ")} exits 0`,
+    );
+    const wrappedMs = performance.now() - t;
+    t = performance.now();
     check(await runner.add(i, 1) === i + 1, "one-shot add");
     const oneMs = performance.now() - t;
     if (i >= 0) {
       bare.push(bareMs);
+      bareWrapped.push(wrappedMs);
       one.push(oneMs);
     }
   }
-  return { oneShotMs: median(one), bareMs: median(bare) };
+  return {
+    oneShotMs: median(one),
+    bareMs: median(bareWrapped),
+    bareUnwrappedMs: median(bare),
+  };
 }
 
 async function poolRun(config: DriverConfig): Promise<unknown> {

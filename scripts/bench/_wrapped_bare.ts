@@ -1,0 +1,85 @@
+/**
+ * (e)'s baseline: a bare start of the worker's runtime under the very
+ * wrappers airlock puts around the worker (setpriv, bubblewrap, the
+ * Landlock/seccomp confine step), so a one-shot call is compared with what
+ * starting that runtime there costs anyway, as issue 16 defines the target.
+ * The worker's command is built by airlock itself for the same options; only
+ * the program the runtime runs is swapped for an empty one.
+ *
+ * @module
+ */
+
+import { resolveWorkerOptions } from "../../src/parent/_resolve_options.ts";
+import type { WorkerOptions } from "../../src/parent/options.ts";
+import { detect } from "../../src/runtime/detect.ts";
+import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
+
+/** An empty module Deno loads without any read permission. */
+const EMPTY_DENO_MAIN = "data:application/javascript,";
+
+/** A command line and its whole environment. */
+export interface BareCommand {
+  /** Program and arguments. */
+  argv: string[];
+  /** The whole environment. */
+  env: Record<string, string>;
+  /** The wrappers around the runtime, outermost first. */
+  wrappers: readonly string[];
+}
+
+/**
+ * The runtime's own command inside a wrapper chain, with the worker swapped
+ * for an empty program: `bun <entry.ts> <module> [flags]` becomes
+ * `bun <empty>`; `deno run … data:<entry>` becomes `deno run … data:,`.
+ */
+function bareRuntime(argv: readonly string[], empty: string): string[] {
+  const entry = argv.findIndex((arg) => arg.endsWith("/workers/entry.ts"));
+  if (entry > 0) return [...argv.slice(0, entry), empty];
+  const main = argv.findLastIndex((arg) => arg.startsWith("data:"));
+  if (main > 0) return [...argv.slice(0, main), EMPTY_DENO_MAIN];
+  throw new Error(
+    `Cannot find the worker in its command: ${argv.join(" ").slice(0, 300)}`,
+  );
+}
+
+/**
+ * The worker's command for `options`, running an empty program instead of
+ * the worker: the same wrappers, mounts, rules and environment.
+ *
+ * @param module The worker module (its project decides the mounts).
+ * @param options The one-shot's options.
+ * @param empty The path of an empty script (must lie in the module's
+ *   project, which the sandbox mounts).
+ * @returns The bare command.
+ */
+export function wrappedBareCommand(
+  module: URL,
+  options: WorkerOptions,
+  empty: string,
+): BareCommand {
+  const adapter = detect();
+  const command = buildWorkerCommand(
+    resolveWorkerOptions(module, options, adapter),
+    adapter,
+  );
+  const argv = [...command.spawn.argv];
+  // The confine step execs the runtime from a JSON spec after it.
+  const confine = argv.findIndex((arg) => arg.endsWith("/workers/confine.ts"));
+  if (confine >= 0) {
+    const spec = JSON.parse(argv[confine + 1] as string) as {
+      argv: string[];
+    };
+    spec.argv = bareRuntime(spec.argv, empty);
+    argv[confine + 1] = JSON.stringify(spec);
+    return {
+      argv,
+      env: { ...command.spawn.env },
+      wrappers: command.wrappers,
+    };
+  }
+  return {
+    argv: bareRuntime(argv, empty),
+    env: { ...command.spawn.env },
+    wrappers: command.wrappers,
+  };
+}
