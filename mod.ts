@@ -84,11 +84,15 @@ export type {
 export type { LogSource } from "./src/parent/connection.ts";
 export type {
   ArgsOf,
+  CallOf,
   HandlersOf,
+  ItemOf,
   OpOf,
   ResultOf,
+  StreamCall,
   WorkerApi,
   WorkerCall,
+  WorkerStream,
 } from "./src/parent/proxy.ts";
 export type {
   Permissions,

@@ -19,7 +19,8 @@ export type ScenarioId =
   | "start"
   | "pool"
   | "memory"
-  | "import";
+  | "import"
+  | "stream";
 
 /** One program run per round. */
 export interface Job {
@@ -313,6 +314,27 @@ export function jobsOf(
       }
       break;
     }
+    case "stream": {
+      const config = smoke
+        ? { warmup: 0, iterations: 1, rows: 10_000 }
+        : { warmup: 1, iterations: 3, rows: 1_000_000 };
+      for (const runtime of runtimes) {
+        const rt = name(runtime);
+        add(
+          runtime,
+          "airlock-stream",
+          `airlock stream, for await (${rt})`,
+          config,
+        );
+        add(
+          runtime,
+          "airlock-array",
+          `airlock, the same rows in one array (${rt})`,
+          config,
+        );
+      }
+      break;
+    }
     case "import": {
       const config = smoke
         ? { warmup: 0, iterations: 2 }
@@ -346,4 +368,5 @@ export const SCENARIOS: readonly ScenarioId[] = [
   "pool",
   "memory",
   "import",
+  "stream",
 ];

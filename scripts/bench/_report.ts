@@ -416,6 +416,20 @@ function richSection(view: View): string {
   return table(["contender", "ms", "superjson alone / this"], rows);
 }
 
+function streamSection(view: View): string {
+  const rows = view.of("stream").map((job) => {
+    const rate = view.job(job)?.rowsPerSecond;
+    const rt = runtimeOf(job) ?? "deno";
+    const array = view.get("stream", rt, "airlock-array")?.rowsPerSecond;
+    return [
+      job.label,
+      fmt(rate === undefined ? undefined : rate / 1000, 0),
+      ratio((rate ?? NaN) / (array ?? NaN)),
+    ];
+  });
+  return table(["contender", "thousand rows/s", "this / one array"], rows);
+}
+
 function startSection(view: View): string {
   const rows = view.of("start").map((job) => {
     const s = view.job(job);
@@ -596,6 +610,13 @@ VmRSS of the worker process 0.5 s after one call, against a bare runtime process
 
 ${memorySection(view)}`);
   }
+  if (has("stream")) {
+    parts.push(`## Streaming rows
+
+1,000,000 small rows (\`{ id, name }\`) from a session: streamed by an async generator handler and consumed one by one with \`for await\` (the worker batches them, within the default window of 1024 rows and 4 MiB), against the same rows returned by an ordinary handler in one array. The stream holds at most a window of rows on each side; the array holds all of them, twice, at its peak.
+
+${streamSection(view)}`);
+  }
   if (has("import")) {
     parts.push(`## (h) What importing airlock adds to a CLI's start
 
@@ -685,6 +706,12 @@ export function renderSvg(
     "64MiB",
   );
   simple("rich", "(d) 1,000 rich rows (lower is better)", "ms", "ms");
+  simple(
+    "stream",
+    "Streaming 1,000,000 small rows (higher is better)",
+    "rows/s",
+    "rowsPerSecond",
+  );
   const pairs = (
     scenario: ScenarioId,
     title: string,

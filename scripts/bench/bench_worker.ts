@@ -15,4 +15,14 @@ export default defineWorker({
   echo<T>(value: T): T {
     return value;
   },
+  /** Streams `n` small rows: the streaming scenario. */
+  async *rows(n: number): AsyncGenerator<{ id: number; name: string }> {
+    for (let id = 0; id < n; id++) yield { id, name: "row" };
+  },
+  /** The same rows in one array. */
+  rowsArray(n: number): { id: number; name: string }[] {
+    const rows = new Array<{ id: number; name: string }>(n);
+    for (let id = 0; id < n; id++) rows[id] = { id, name: "row" };
+    return rows;
+  },
 });

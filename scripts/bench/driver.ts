@@ -44,7 +44,8 @@ export interface DriverConfig {
     | "start"
     | "pool"
     | "memory"
-    | "import";
+    | "import"
+    | "stream";
   /** Which contender (scenario-specific). */
   contender: string;
   /** Calls before measuring. */
@@ -642,6 +643,44 @@ async function memory(): Promise<unknown> {
   };
 }
 
+/**
+ * Small rows from a session: streamed and consumed one by one, or returned
+ * in one array. Reports rows per second (median over iterations).
+ */
+async function streamRows(config: DriverConfig): Promise<unknown> {
+  const count = config.rows ?? 1_000_000;
+  const s = await session<typeof import("./bench_worker.ts").default>(
+    workerUrl,
+    { env: workerEnv },
+  );
+  const once = async (): Promise<void> => {
+    if (config.contender === "airlock-array") {
+      const rows = await s.rowsArray(count);
+      check(rows.length === count, "row count");
+      check(rows[count - 1]?.id === count - 1, "last row");
+      return;
+    }
+    let seen = 0;
+    for await (const row of s.rows(count)) {
+      if (row.id !== seen) check(false, `row ${seen} in order`);
+      seen++;
+    }
+    check(seen === count, "row count");
+  };
+  try {
+    const rates: number[] = [];
+    for (let i = -config.warmup; i < config.iterations; i++) {
+      const start = performance.now();
+      await once();
+      const ms = performance.now() - start;
+      if (i >= 0) rates.push(count / (ms / 1000));
+    }
+    return { rowsPerSecond: median(rates) };
+  } finally {
+    await s.close();
+  }
+}
+
 async function importCost(config: DriverConfig): Promise<unknown> {
   const withImport: number[] = [];
   const without: number[] = [];
@@ -690,6 +729,9 @@ async function main(): Promise<void> {
       break;
     case "import":
       result = await importCost(config);
+      break;
+    case "stream":
+      result = await streamRows(config);
       break;
     default:
       throw new Error(`Unknown scenario "${String(config.scenario)}"`);

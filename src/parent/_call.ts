@@ -5,10 +5,15 @@
  * @module
  */
 
+import { WorkerTimeoutError } from "../errors.ts";
 import { encodeMessage } from "../protocol/messages.ts";
 import type { CallRecord } from "./connection.ts";
 import type { CallOptions } from "./options.ts";
-import { resolveCallOptions } from "./_resolve_options.ts";
+import {
+  resolveCallOptions,
+  type ResolvedCallOptions,
+} from "./_resolve_options.ts";
+import { CallHandle, DEFAULT_WINDOW } from "./_stream.ts";
 
 let nextId = 1;
 
@@ -20,7 +25,22 @@ export interface PendingCall extends CallRecord {
   readonly signal: AbortSignal | undefined;
   /** The pid of each worker it was written to, in order (one per attempt). */
   readonly pids: number[];
+  /** Deadline of the whole call in ms; 0 for none. */
+  readonly totalTimeoutMs: number;
 }
+
+/** What a call record takes from the call's options beyond its deadline. */
+export type CallExtras = Pick<
+  ResolvedCallOptions,
+  "totalTimeoutMs" | "onProgress" | "windowItems" | "windowBytes"
+>;
+
+const NO_EXTRAS: CallExtras = {
+  totalTimeoutMs: 0,
+  onProgress: undefined,
+  windowItems: DEFAULT_WINDOW.items,
+  windowBytes: DEFAULT_WINDOW.bytes,
+};
 
 /**
  * Encodes a call and creates its record. Nothing is written yet.
@@ -30,6 +50,7 @@ export interface PendingCall extends CallRecord {
  * @param timeoutMs Deadline once written (0: none).
  * @param signal The caller's signal.
  * @param idempotent Whether the op may run twice.
+ * @param extras Whole-call deadline, progress callback, stream window.
  * @returns The record.
  * @throws {TypeError} when an argument cannot cross, naming where it sits.
  */
@@ -39,6 +60,7 @@ export function createCall(
   timeoutMs: number,
   signal: AbortSignal | undefined,
   idempotent: boolean,
+  extras: CallExtras = NO_EXTRAS,
 ): PendingCall {
   if (typeof op !== "string" || op === "") {
     throw new TypeError(
@@ -51,7 +73,13 @@ export function createCall(
     );
   }
   const id = nextId++;
-  const chunks = encodeMessage({ type: "call", id, op, args });
+  const { windowItems, windowBytes } = extras;
+  // The window travels only when it is not the protocol's default.
+  const chunks = encodeMessage(
+    windowItems === DEFAULT_WINDOW.items && windowBytes === DEFAULT_WINDOW.bytes
+      ? { type: "call", id, op, args }
+      : { type: "call", id, op, args, windowItems, windowBytes },
+  );
   let resolve!: (value: unknown) => void;
   let reject!: (error: unknown) => void;
   const promise = new Promise<unknown>((res, rej) => {
@@ -68,6 +96,11 @@ export function createCall(
     promise,
     attempts: 0,
     pids: [],
+    totalTimeoutMs: extras.totalTimeoutMs,
+    onProgress: extras.onProgress,
+    windowItems,
+    windowBytes,
+    stream: undefined,
     settled: false,
     resolve(value) {
       if (record.settled) return;
@@ -102,6 +135,45 @@ export function onCallAbort(call: PendingCall, onAbort: () => void): void {
 }
 
 /**
+ * What a mode returns for a call: the handle that is awaitable and, for a
+ * streaming op, async-iterable. Arms the call's whole-call deadline
+ * (`totalTimeoutMs`), which ends the call through `abort`.
+ *
+ * @param call The call.
+ * @param settled Settles as the caller should see the call settle.
+ * @param abort Ends the call with a reason (out of a queue, or cancelled in
+ *   its worker).
+ * @param module The worker module, for the timeout error.
+ * @returns The handle.
+ */
+export function callHandle(
+  call: PendingCall,
+  settled: Promise<unknown>,
+  abort: (reason: unknown) => void,
+  module: string,
+): CallHandle {
+  const totalMs = call.totalTimeoutMs;
+  if (totalMs > 0 && !call.settled) {
+    const startedAt = Date.now();
+    const timer = setTimeout(() => {
+      abort(
+        new WorkerTimeoutError({
+          module,
+          op: call.op,
+          pid: call.pids.at(-1),
+          timeoutMs: totalMs,
+          elapsedMs: Date.now() - startedAt,
+          phase: "call",
+        }),
+      );
+    }, totalMs);
+    const clear = () => clearTimeout(timer);
+    call.promise.then(clear, clear);
+  }
+  return new CallHandle(call, settled, abort);
+}
+
+/**
  * Checks a call's options against a mode's defaults and creates its record.
  *
  * @param op The op.
@@ -118,9 +190,13 @@ export function prepareCall(
   options: CallOptions | undefined,
   defaults: { callTimeoutMs: number; idempotent: ReadonlySet<string> },
 ): PendingCall {
-  const { timeoutMs, signal } = resolveCallOptions(
-    options,
-    defaults.callTimeoutMs,
+  const resolved = resolveCallOptions(options, defaults.callTimeoutMs);
+  return createCall(
+    op,
+    args,
+    resolved.timeoutMs,
+    resolved.signal,
+    defaults.idempotent.has(op),
+    resolved,
   );
-  return createCall(op, args, timeoutMs, signal, defaults.idempotent.has(op));
 }

@@ -18,7 +18,13 @@ import {
   type ConnectionExit,
   crashError,
 } from "./connection.ts";
-import { onCallAbort, type PendingCall, prepareCall } from "./_call.ts";
+import {
+  callHandle,
+  onCallAbort,
+  type PendingCall,
+  prepareCall,
+} from "./_call.ts";
+import { type CallHandle, refusedCall } from "./_stream.ts";
 import type {
   CallOptions,
   CloseOptions,
@@ -168,17 +174,22 @@ export abstract class ModeCore {
    * @param op The op.
    * @param args Its arguments.
    * @param options The call's options.
-   * @returns What the handler returned.
+   * @returns What the handler returned: awaitable, and for a streaming op
+   *   async-iterable.
    */
-  call(op: string, args: unknown[], options?: CallOptions): Promise<unknown> {
-    if (this.closing) return Promise.reject(this.closedError(op));
+  call(
+    op: string,
+    args: unknown[],
+    options?: CallOptions,
+  ): CallHandle {
+    if (this.closing) return refusedCall(op, this.closedError(op));
     const refused = this.refuse(op);
-    if (refused) return Promise.reject(refused);
+    if (refused) return refusedCall(op, refused);
     let call: PendingCall;
     try {
       call = prepareCall(op, args, options, this.options);
     } catch (error: unknown) {
-      return Promise.reject(error);
+      return refusedCall(op, error);
     }
     this.counters.calls++;
     this.#unsettled.add(call);
@@ -192,14 +203,20 @@ export abstract class ModeCore {
         this.#unsettled.delete(call);
       },
     );
-    onCallAbort(call, () => this.#abort(call));
+    onCallAbort(call, () => this.#abort(call, call.signal?.reason));
+    const handle = callHandle(
+      call,
+      call.promise,
+      (reason) => this.#abort(call, reason),
+      this.options.label,
+    );
     if (!call.settled) this.admit(call);
-    return call.promise;
+    return handle;
   }
 
   /** Aborts a call: out of the queue, or cancelled in its worker. */
-  #abort(call: PendingCall): void {
-    const reason = call.signal?.reason;
+  #abort(call: PendingCall, reason: unknown): void {
+    if (call.settled) return;
     const index = this.queue.indexOf(call);
     if (index !== -1) {
       // Queued: removed without touching any worker.
@@ -264,7 +281,12 @@ export abstract class ModeCore {
       if (call.settled) continue;
       const idempotent = call.idempotent ||
         this.#declaredIdempotent.has(call.op);
-      if (idempotent && retrying && call.attempts <= this.options.maxRetries) {
+      // A stream that delivered a value is never run twice: its consumer
+      // has seen part of it.
+      if (
+        idempotent && retrying && call.attempts <= this.options.maxRetries &&
+        !call.stream?.delivered
+      ) {
         retry.push(call);
       } else {
         call.reject(crashError(this.options.label, call, exit));

@@ -19,6 +19,7 @@ import {
 } from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import type { LogSink } from "./connection.ts";
+import { DEFAULT_WINDOW } from "./_stream.ts";
 import { resolvePermissions } from "../runtime/permissions.ts";
 import { isEmbeddedPath } from "../runtime/self_exec.ts";
 import {
@@ -345,19 +346,60 @@ export function resolvePoolOptions(options: PoolOptions): ResolvedPoolOptions {
 export function resolveCallOptions(
   options: CallOptions | undefined,
   callTimeoutMs: number,
-): { timeoutMs: number; signal: AbortSignal | undefined } {
+): ResolvedCallOptions {
   if (options === undefined) {
-    return { timeoutMs: callTimeoutMs, signal: undefined };
+    return {
+      timeoutMs: callTimeoutMs,
+      signal: undefined,
+      totalTimeoutMs: 0,
+      onProgress: undefined,
+      windowItems: DEFAULT_WINDOW.items,
+      windowBytes: DEFAULT_WINDOW.bytes,
+    };
   }
   checkObject("call options", options);
   const signal = options.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new TypeError(invalid("signal", "an AbortSignal", signal));
   }
+  const onProgress = options.onProgress;
+  if (onProgress !== undefined && typeof onProgress !== "function") {
+    throw new TypeError(invalid("onProgress", "a function", onProgress));
+  }
   return {
     timeoutMs: milliseconds("timeoutMs", options.timeoutMs, callTimeoutMs),
     signal,
+    totalTimeoutMs: milliseconds("totalTimeoutMs", options.totalTimeoutMs, 0),
+    onProgress,
+    windowItems: wholeNumber(
+      "windowItems",
+      options.windowItems,
+      DEFAULT_WINDOW.items,
+      1,
+    ),
+    windowBytes: wholeNumber(
+      "windowBytes",
+      options.windowBytes,
+      DEFAULT_WINDOW.bytes,
+      1,
+    ),
   };
+}
+
+/** {@linkcode CallOptions} after validation, with every default filled in. */
+export interface ResolvedCallOptions {
+  /** Deadline once written (a stream: between values), in ms; 0 for none. */
+  timeoutMs: number;
+  /** The caller's signal. */
+  signal: AbortSignal | undefined;
+  /** Deadline of the whole call in ms; 0 for none. */
+  totalTimeoutMs: number;
+  /** Receives progress reports. */
+  onProgress: ((value: unknown) => void) | undefined;
+  /** A stream's window of values. */
+  windowItems: number;
+  /** A stream's window of bytes. */
+  windowBytes: number;
 }
 
 /**

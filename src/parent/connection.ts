@@ -16,6 +16,7 @@ import {
   CONTROL_ID,
   decodeMessage,
   encodeMessage,
+  type EndMessage,
   type ErrorMessage,
   type HelloMessage,
   type ResultMessage,
@@ -37,6 +38,12 @@ import { LineSplitter, type LogSink, OutputTail } from "./_log.ts";
 import { describeValue, toRemoteError } from "./_remote_error.ts";
 import { registerWorker, unregisterWorker } from "./_registry.ts";
 import { answerDelayMs } from "./_faults.ts";
+import {
+  STREAM_END,
+  type StreamableCall,
+  type StreamCarrier,
+  streamOf,
+} from "./_stream.ts";
 
 export { crashError } from "./_exit.ts";
 export type { ConnectionExit } from "./_exit.ts";
@@ -45,8 +52,12 @@ export type { LogSink, LogSource } from "./_log.ts";
 /** How long to keep reading stdout after the process exited. */
 const DRAIN_AFTER_EXIT_MS = 1_000;
 
-/** One call on its way through a connection. Owned by a session or pool. */
-export interface CallRecord {
+/**
+ * One call on its way through a connection. Owned by a session or pool. A
+ * streaming call's values go to its `stream`; its `end` resolves it with
+ * `STREAM_END`.
+ */
+export interface CallRecord extends StreamableCall {
   /** The request id (unique per parent process, so a retry may keep it). */
   readonly id: number;
   /** The op. */
@@ -402,12 +413,13 @@ export class Connection {
       maxFrameBytes: this.#options.maxFrameBytes,
       onFrame: (frame) => {
         const message = decodeMessage(frame);
+        const bytes = frame.head.byteLength + frame.area.byteLength;
         // Test kit (delayAnswers): hold back the worker's messages.
         const delayMs = this.#hello ? answerDelayMs(this) : 0;
-        if (delayMs === 0) return this.#onMessage(message);
+        if (delayMs === 0) return this.#onMessage(message, bytes);
         setTimeout(() => {
           try {
-            this.#onMessage(message);
+            this.#onMessage(message, bytes);
           } catch (error: unknown) {
             this.kill(`killed by airlock after a protocol error: ${error}`);
           }
@@ -475,7 +487,25 @@ export class Connection {
 
   #stderrReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
 
-  #onMessage(message: WorkerMessage | ReturnType<typeof decodeMessage>): void {
+  /** What streams of this connection's calls use to credit the worker. */
+  #carrier: StreamCarrier = {
+    credit: (id, items, bytes) => {
+      if (this.#exit || !this.#pending.has(id)) return;
+      this.#child.write(encodeMessage({ type: "credit", id, items, bytes }))
+        .catch(() => {});
+    },
+    holdDeadline: (id, held) => {
+      const call = this.#pending.get(id);
+      if (!call || call.timeoutMs <= 0) return;
+      if (held) this.#deadlines.delete(id);
+      else this.#deadlines.add(call);
+    },
+  };
+
+  #onMessage(
+    message: WorkerMessage | ReturnType<typeof decodeMessage>,
+    payloadBytes: number,
+  ): void {
     if (!this.#hello) {
       if (message.type === "hello") {
         this.#hello = message;
@@ -496,7 +526,8 @@ export class Connection {
     }
     switch (message.type) {
       case "result":
-      case "error": {
+      case "error":
+      case "end": {
         const call = this.#pending.get(message.id);
         if (!call) {
           // Late answer to a call that timed out or was cancelled: dropped.
@@ -519,6 +550,25 @@ export class Connection {
         }
         return;
       }
+      case "items": {
+        // Values of a call that timed out or was cancelled are dropped.
+        const call = this.#pending.get(message.id);
+        if (call) {
+          streamOf(call).receive(message.values, payloadBytes, this.#carrier);
+        }
+        return;
+      }
+      case "progress": {
+        const onProgress = this.#pending.get(message.id)?.onProgress;
+        if (onProgress) {
+          try {
+            onProgress(message.value);
+          } catch {
+            // A throwing progress callback must not break the connection.
+          }
+        }
+        return;
+      }
       case "shutdown-ack":
         return;
       case "hello":
@@ -538,10 +588,15 @@ export class Connection {
    * call settles (a hostile error value becomes a `RemoteError` saying so,
    * and should even that fail, a `ProtocolError`).
    */
-  #answer(call: CallRecord, message: ResultMessage | ErrorMessage): void {
+  #answer(
+    call: CallRecord,
+    message: ResultMessage | ErrorMessage | EndMessage,
+  ): void {
     try {
       if (message.type === "result") {
         call.resolve(message.value);
+      } else if (message.type === "end") {
+        call.resolve(STREAM_END);
       } else {
         call.reject(
           toRemoteError(message.error, {

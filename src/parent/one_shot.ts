@@ -13,14 +13,25 @@ import {
   type ConnectionExit,
   crashError,
 } from "./connection.ts";
-import { createCall, onCallAbort, type PendingCall } from "./_call.ts";
+import {
+  callHandle,
+  createCall,
+  onCallAbort,
+  type PendingCall,
+} from "./_call.ts";
+import { type CallHandle, refusedCall } from "./_stream.ts";
 import { launchWorker } from "./_launch.ts";
 import type { CallOptions, OneShotOptions } from "./options.ts";
 import {
   resolveCallOptions,
   resolveWorkerOptions,
 } from "./_resolve_options.ts";
-import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
+import {
+  withProxy,
+  type WorkerApi,
+  type WorkerCall,
+  type WorkerStream,
+} from "./proxy.ts";
 
 /** The control surface of a one-shot runner, beside the typed proxy. */
 export interface OneShotHandle<D = unknown> {
@@ -33,6 +44,19 @@ export interface OneShotHandle<D = unknown> {
    * @returns What the handler returned.
    */
   call: WorkerCall<D>;
+  /**
+   * Calls a streaming op by name and iterates its values: the worker sends
+   * them as the handler yields them, never more than the call's window
+   * ahead of what was taken. `break` (or `return()`, or the signal) ends the
+   * stream and runs the generator's `finally` blocks in the worker. See
+   * docs/streaming.md.
+   *
+   * @param op The handler's name.
+   * @param args Its arguments.
+   * @param options A signal, deadlines, the window, `onProgress`.
+   * @returns The values, one by one.
+   */
+  stream: WorkerStream<D>;
 }
 
 /** A one-shot runner: `call` plus one method per handler. */
@@ -75,7 +99,7 @@ export function oneShot<D = unknown>(
     op: string,
     args: unknown[],
     callOptions?: CallOptions,
-  ): Promise<unknown> => {
+  ): CallHandle => {
     let call: PendingCall;
     let signal: AbortSignal | undefined;
     try {
@@ -84,10 +108,17 @@ export function oneShot<D = unknown>(
         resolved.callTimeoutMs,
       );
       signal = resolvedCall.signal;
-      call = createCall(op, args, resolvedCall.timeoutMs, signal, false);
+      call = createCall(
+        op,
+        args,
+        resolvedCall.timeoutMs,
+        signal,
+        false,
+        resolvedCall,
+      );
       signal?.throwIfAborted();
     } catch (error: unknown) {
-      return Promise.reject(error);
+      return refusedCall(op, error);
     }
     const events: ConnectionEvents = {
       onLost(calls: CallRecord[], exit: ConnectionExit) {
@@ -99,10 +130,12 @@ export function oneShot<D = unknown>(
     };
     let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
     let aborted = false;
-    onCallAbort(call, () => {
+    const abort = (reason: unknown): void => {
+      if (call.settled) return;
       aborted = true;
-      if (!conn?.cancel(call, signal?.reason)) call.reject(signal?.reason);
-    });
+      if (!conn?.cancel(call, reason)) call.reject(reason);
+    };
+    onCallAbort(call, () => abort(signal?.reason));
     // Start, call, shut down; the call settles once the process is gone,
     // except on abort, which rejects at once.
     const lifecycle = (async () => {
@@ -119,7 +152,8 @@ export function oneShot<D = unknown>(
       await call.promise.catch(() => {});
       await conn.shutdown(resolved.closeGraceMs);
     })();
-    return call.promise.then(
+    // A stream's end, too, reaches the caller once the process is gone.
+    const settled = call.promise.then(
       async (value) => {
         await lifecycle;
         return value;
@@ -129,9 +163,13 @@ export function oneShot<D = unknown>(
         throw error;
       },
     );
+    return callHandle(call, settled, abort, resolved.label);
   };
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     run(op, args, callOptions);
-  const handle: OneShotHandle<D> = { call: call as WorkerCall<D> };
+  const handle: OneShotHandle<D> = {
+    call: call as WorkerCall<D>,
+    stream: call as WorkerStream<D>,
+  };
   return withProxy<OneShotHandle<D>, D>(handle, call);
 }

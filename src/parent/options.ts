@@ -194,10 +194,54 @@ export interface WorkerOptions {
 
 /** Options of one call. */
 export interface CallOptions {
-  /** Aborting it rejects the call with `signal.reason` and cancels it in the worker. */
+  /**
+   * Aborting it rejects the call with `signal.reason` and cancels it in the
+   * worker (a stream: ends it, the generator's `finally` blocks run).
+   */
   signal?: AbortSignal;
-  /** This call's deadline in milliseconds; `0` disables it. */
+  /**
+   * This call's deadline in milliseconds, counted from when it is written
+   * to a worker; `0` disables it. For a streaming call it bounds the gap
+   * between values: the time the parent waits for the next value while it
+   * holds none (time the consumer spends on values it holds does not
+   * count). Passing it rejects with `WorkerTimeoutError`.
+   *
+   * @default {the mode's `callTimeoutMs`}
+   */
   timeoutMs?: number;
+  /**
+   * A deadline for the whole call in milliseconds, from the call to its
+   * answer (a stream: to its end), queueing included; `0` disables it.
+   * Passing it rejects with `WorkerTimeoutError` and cancels the call in the
+   * worker.
+   *
+   * @default {0}
+   */
+  totalTimeoutMs?: number;
+  /**
+   * Receives what the handler reports with `this.progress(value)`, while
+   * the call runs. The worker throttles reports to one every 50 ms (the
+   * latest value wins; the last one arrives before the answer). A throwing
+   * callback does not affect the call.
+   *
+   * @default {undefined}
+   */
+  onProgress?: (value: unknown) => void;
+  /**
+   * A streaming call: values the worker may send ahead of what the consumer
+   * has taken (a whole number ≥ 1). The parent never holds more.
+   *
+   * @default {1024}
+   */
+  windowItems?: number;
+  /**
+   * A streaming call: payload bytes the worker may send ahead of what the
+   * consumer has taken (a whole number ≥ 1). The parent holds at most this
+   * plus one message.
+   *
+   * @default {4194304 (4 MiB)}
+   */
+  windowBytes?: number;
 }
 
 /** Options of {@linkcode oneShot}. */

@@ -31,7 +31,12 @@ import {
   resolvePoolOptions,
   resolveWorkerOptions,
 } from "./_resolve_options.ts";
-import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
+import {
+  withProxy,
+  type WorkerApi,
+  type WorkerCall,
+  type WorkerStream,
+} from "./proxy.ts";
 import { bindFaults } from "./_faults.ts";
 import {
   resolveTracker,
@@ -88,6 +93,19 @@ export interface PoolHandle<D = unknown> {
    * @returns What the handler returned.
    */
   call: WorkerCall<D>;
+  /**
+   * Calls a streaming op by name and iterates its values: the worker sends
+   * them as the handler yields them, never more than the call's window
+   * ahead of what was taken. `break` (or `return()`, or the signal) ends the
+   * stream and runs the generator's `finally` blocks in the worker. See
+   * docs/streaming.md.
+   *
+   * @param op The handler's name.
+   * @param args Its arguments.
+   * @param options A signal, deadlines, the window, `onProgress`.
+   * @returns The values, one by one.
+   */
+  stream: WorkerStream<D>;
   /**
    * Stops admitting calls, finishes running and queued ones, and settles
    * once every worker process has exited. With `{ force: true }`, or once
@@ -488,6 +506,7 @@ export function pool<D = unknown>(
     core.call(op, args, callOptions);
   const handle: PoolHandle<D> = {
     call: call as WorkerCall<D>,
+    stream: call as WorkerStream<D>,
     close: (closeOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
     invalidate: () => core.invalidate(),

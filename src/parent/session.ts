@@ -26,7 +26,12 @@ import {
   type SessionOptions,
 } from "./options.ts";
 import { resolveWorkerOptions } from "./_resolve_options.ts";
-import { withProxy, type WorkerApi, type WorkerCall } from "./proxy.ts";
+import {
+  withProxy,
+  type WorkerApi,
+  type WorkerCall,
+  type WorkerStream,
+} from "./proxy.ts";
 import { bindFaults } from "./_faults.ts";
 import {
   resolveTracker,
@@ -76,6 +81,19 @@ export interface SessionHandle<D = unknown> {
    * @returns What the handler returned.
    */
   call: WorkerCall<D>;
+  /**
+   * Calls a streaming op by name and iterates its values: the worker sends
+   * them as the handler yields them, never more than the call's window
+   * ahead of what was taken. `break` (or `return()`, or the signal) ends the
+   * stream and runs the generator's `finally` blocks in the worker. See
+   * docs/streaming.md.
+   *
+   * @param op The handler's name.
+   * @param args Its arguments.
+   * @param options A signal, deadlines, the window, `onProgress`.
+   * @returns The values, one by one.
+   */
+  stream: WorkerStream<D>;
   /**
    * Replaces the worker with a genuinely new process (new pid). Calls in
    * flight finish on the old one first; calls made meanwhile wait and run on
@@ -328,6 +346,7 @@ export async function session<D = unknown>(
     core.call(op, args, callOptions);
   const handle: SessionHandle<D> = {
     call: call as WorkerCall<D>,
+    stream: call as WorkerStream<D>,
     restart: () => core.restart(),
     close: (closeOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),

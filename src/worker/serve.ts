@@ -248,9 +248,11 @@ export async function serve(
       const items = windowItems - state.inFlightItems - batch.length;
       const bytes = windowBytes - state.inFlightBytes;
       if (items <= 0 || bytes <= 0) return 0;
+      // The first message carries one value, so that the size of values is
+      // known before a batch of them can overshoot the window.
       const byBytes = bytesPerItem > 0
         ? Math.max(1, Math.floor(bytes / bytesPerItem)) - batch.length
-        : Infinity;
+        : 1 - batch.length;
       return Math.min(items, byBytes, MAX_BATCH_ITEMS - batch.length);
     };
     let finished = false;
