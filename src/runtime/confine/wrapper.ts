@@ -236,3 +236,55 @@ export function landlockAvailability(
       }`,
   };
 }
+
+/** Options of {@linkcode landlockBestEffort}. */
+export interface LandlockBestEffortOptions {
+  /** Whether the sandbox decision used the sandbox. */
+  used: boolean;
+  /** The worker's runtime (`"command"` for a user's command). */
+  runtime: "deno" | "bun" | "command";
+  /** The `sandbox` option. */
+  sandbox: "none" | "os" | "auto";
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** Whether bubblewrap is usable. */
+  bwrap: boolean;
+  /** Whether Landlock can be applied at all. */
+  landlockUsable: boolean;
+}
+
+/**
+ * Whether a worker the sandbox decision leaves unconfined gets Landlock
+ * anyway: with `permissions.enforce: "best-effort"`, where bubblewrap cannot
+ * run and Landlock cannot enforce every grant alone (an ABI gap), a Bun or
+ * `command` worker is confined as far as Landlock goes rather than not at
+ * all. Never with `sandbox: "none"` or permissions `"all"`; never for Deno,
+ * whose flags the decision relies on.
+ *
+ * @param options The decision and what is available.
+ * @returns Whether to apply Landlock.
+ *
+ * @example
+ * ```ts
+ * import { landlockBestEffort } from "./wrapper.ts";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(landlockBestEffort({
+ *   used: false,
+ *   runtime: "bun",
+ *   sandbox: "auto",
+ *   permissions: resolvePermissions({ enforce: "best-effort" }, "/"),
+ *   bwrap: false,
+ *   landlockUsable: true,
+ * }), true);
+ * ```
+ */
+export function landlockBestEffort(
+  options: LandlockBestEffortOptions,
+): boolean {
+  return !options.used && options.landlockUsable && !options.bwrap &&
+    options.runtime !== "deno" && options.sandbox !== "none" &&
+    !options.permissions.all &&
+    options.permissions.enforce === "best-effort";
+}

@@ -50,6 +50,7 @@ import type { ConfineRunner } from "../confine/confine_command.ts";
 import {
   type LandlockAvailability,
   landlockAvailability,
+  landlockBestEffort,
   landlockWrapper,
 } from "../confine/wrapper.ts";
 import { isCompiled } from "../self_exec.ts";
@@ -328,7 +329,15 @@ function sandboxWrappers(
       { module: input.label, permission: decision.permission },
     );
   }
-  if (!decision.use || inner.binary === undefined) return [];
+  const bestEffort = landlockBestEffort({
+    used: decision.use,
+    runtime: inner.runtime ?? "command",
+    sandbox: input.sandbox,
+    permissions: input.permissions,
+    bwrap: bwrap !== undefined,
+    landlockUsable: landlock?.usable === true,
+  });
+  if ((!decision.use && !bestEffort) || inner.binary === undefined) return [];
   // Every backend available, innermost first: Landlock runs inside
   // bubblewrap (a Landlock domain may not mount).
   const wrappers: Wrapper[] = [];
