@@ -17,7 +17,7 @@
  * | --- | --- |
  * | `echo(value)` | returns `value` |
  * | `add(a, b)` | returns `a + b` |
- * | `whoami()` | returns the worker's pid |
+ * | `whoami()` | returns an identity of the worker process, unique among live workers: its pid (inside a pid namespace, where every worker's pid is the same, a unique id) |
  * | `delay(ms, value)` | returns `value` after `ms`; when cancelled, stops at once and fails with an error named `AbortError` |
  * | `hang()` | never returns, ignores cancellation |
  * | `rendezvous(key, n, timeoutMs)` | returns the count once `n` calls with this `key` run at the same time; fails after `timeoutMs` |

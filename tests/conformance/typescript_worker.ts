@@ -3,6 +3,7 @@
 // behaviour, as tests/fixtures/python/conformance_worker.py. Not a test file.
 import process from "node:process";
 import { defineWorker } from "../../worker.ts";
+import { PROCESS_ID } from "../fixtures/_process_id.ts";
 
 class CustomError extends Error {
   code: string;
@@ -48,7 +49,7 @@ export default defineWorker({
     return a + b;
   },
   whoami() {
-    return process.pid;
+    return PROCESS_ID;
   },
   /** Returns `value` after `ms`; fails with AbortError when cancelled. */
   async delay(ms: number, value: unknown) {
