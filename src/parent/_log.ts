@@ -22,12 +22,27 @@ export interface LogSource {
   stream: "stderr" | "stdout";
 }
 
-/** The last {@linkcode STDERR_TAIL_BYTES} characters of a worker's output. */
+/**
+ * Longest log line handed to a sink, in characters: a longer line (a worker
+ * writing megabytes without a newline) is handed over in pieces of this
+ * length, so memory stays bounded and each byte is looked at a fixed number
+ * of times.
+ */
+export const MAX_LOG_LINE_CHARS = 8 * 1024;
+
+/**
+ * The last {@linkcode STDERR_TAIL_BYTES} characters of a worker's output.
+ * Appending costs amortised constant time per character: the text is cut
+ * back only once it holds twice the limit.
+ */
 export class OutputTail {
   #text = "";
 
-  /** The tail so far. */
+  /** The tail so far: at most {@linkcode STDERR_TAIL_BYTES} characters. */
   get text(): string {
+    if (this.#text.length > STDERR_TAIL_BYTES) {
+      this.#text = this.#text.slice(this.#text.length - STDERR_TAIL_BYTES);
+    }
     return this.#text;
   }
 
@@ -37,27 +52,50 @@ export class OutputTail {
    * @param text What the worker wrote.
    */
   push(text: string): void {
+    if (text.length >= STDERR_TAIL_BYTES) {
+      this.#text = text.slice(text.length - STDERR_TAIL_BYTES);
+      return;
+    }
     this.#text += text;
-    if (this.#text.length > STDERR_TAIL_BYTES) {
+    if (this.#text.length > 2 * STDERR_TAIL_BYTES) {
       this.#text = this.#text.slice(this.#text.length - STDERR_TAIL_BYTES);
     }
   }
 }
 
-/** Splits decoded text into lines, keeping an unfinished line for the next chunk. */
+/**
+ * Splits decoded text into lines of at most {@linkcode MAX_LOG_LINE_CHARS}
+ * characters. An unfinished line is kept (as pieces, never re-split) for the
+ * next chunk until it passes the limit; then the limit's worth of it is
+ * handed over as a line of its own. Work is linear in the text, memory bounded by the
+ * limit.
+ */
 export class LineSplitter {
-  #partial = "";
+  #pieces: string[] = [];
+  #length = 0;
 
   /**
-   * Splits a chunk, handing each finished line to `emit`.
+   * Splits a chunk, handing each finished line (or full-length piece of a
+   * long line) to `emit`.
    *
    * @param text The chunk.
    * @param emit Receives each line.
    */
   push(text: string, emit: (line: string) => void): void {
-    const lines = (this.#partial + text).split("\n");
-    this.#partial = lines.pop() ?? "";
-    for (const line of lines) emit(line);
+    let start = 0;
+    while (true) {
+      const newline = text.indexOf("\n", start);
+      if (newline === -1) break;
+      this.#add(text.slice(start, newline), emit);
+      const line = this.#pieces.join("");
+      this.#pieces = [];
+      this.#length = 0;
+      emit(line);
+      start = newline + 1;
+    }
+    if (start < text.length) {
+      this.#add(start === 0 ? text : text.slice(start), emit);
+    }
   }
 
   /**
@@ -66,7 +104,57 @@ export class LineSplitter {
    * @param emit Receives the line.
    */
   end(emit: (line: string) => void): void {
-    if (this.#partial) emit(this.#partial);
-    this.#partial = "";
+    if (this.#length > 0) emit(this.#pieces.join(""));
+    this.#pieces = [];
+    this.#length = 0;
   }
+
+  /** Adds text to the unfinished line, handing over full-length pieces. */
+  #add(text: string, emit: (line: string) => void): void {
+    if (this.#length + text.length <= MAX_LOG_LINE_CHARS) {
+      if (text.length > 0) this.#pieces.push(text);
+      this.#length += text.length;
+      return;
+    }
+    let line = this.#pieces.join("") + text;
+    let at = 0;
+    while (line.length - at > MAX_LOG_LINE_CHARS) {
+      emit(line.slice(at, at + MAX_LOG_LINE_CHARS));
+      at += MAX_LOG_LINE_CHARS;
+    }
+    line = line.slice(at);
+    this.#pieces = line.length > 0 ? [line] : [];
+    this.#length = line.length;
+  }
+}
+
+/**
+ * Control characters a terminal acts on: C0 controls but tab, DEL, C1
+ * controls (ESC sequences, CSI), and the bidirectional overrides that
+ * reorder what is shown.
+ */
+const TERMINAL_CONTROLS =
+  // deno-lint-ignore no-control-regex
+  /[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * Makes a worker's log line safe to print on the parent's terminal: every
+ * control character a terminal would act on (escape sequences that move the
+ * cursor, recolour, retitle the window or rewrite earlier lines, `\r`,
+ * bidirectional overrides) is shown escaped (`\x1b`, `\r`, `\u202e`)
+ * instead. Text without them is returned as is.
+ *
+ * @param line The line as the worker wrote it.
+ * @returns The line with its control characters escaped.
+ */
+export function escapeLogLine(line: string): string {
+  TERMINAL_CONTROLS.lastIndex = 0;
+  if (!TERMINAL_CONTROLS.test(line)) return line;
+  return line.replace(TERMINAL_CONTROLS, (char) => {
+    if (char === "\r") return "\\r";
+    const code = char.charCodeAt(0);
+    return code <= 0xff
+      ? `\\x${code.toString(16).padStart(2, "0")}`
+      : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
 }

@@ -20,6 +20,7 @@ import {
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import type { LogSink } from "./connection.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
+import { escapeLogLine } from "./_log.ts";
 import { resolvePermissions } from "../runtime/permissions.ts";
 import { isEmbeddedPath } from "../runtime/self_exec.ts";
 import {
@@ -98,7 +99,9 @@ export function resolveModule(module: unknown, cwd: string): URL {
 
 function defaultLogSink(adapter: RuntimeAdapter): LogSink {
   return (line, source) => {
-    adapter.writeStderr(`[${source.module} ${source.pid}] ${line}\n`);
+    adapter.writeStderr(
+      `[${source.module} ${source.pid}] ${escapeLogLine(line)}\n`,
+    );
   };
 }
 

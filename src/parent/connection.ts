@@ -51,6 +51,8 @@ export type { LogSink, LogSource } from "./_log.ts";
 
 /** How long to keep reading stdout after the process exited. */
 const DRAIN_AFTER_EXIT_MS = 1_000;
+/** How long a process may run on after its stdout ended before it is killed. */
+const STDOUT_END_GRACE_MS = 1_000;
 
 /**
  * One call on its way through a connection. Owned by a session or pool. A
@@ -409,6 +411,10 @@ export class Connection {
 
   async #pumpStdout(): Promise<void> {
     const decoder = new TextDecoder();
+    const lines = new LineSplitter();
+    const emit = (line: string) => {
+      if (line) this.#log(line, "stdout");
+    };
     const frames = new FrameReader({
       maxFrameBytes: this.#options.maxFrameBytes,
       onFrame: (frame) => {
@@ -428,9 +434,7 @@ export class Connection {
       onStray: (bytes) => {
         const text = decoder.decode(bytes, { stream: true });
         this.#tail.push(text);
-        for (const line of text.split("\n")) {
-          if (line) this.#log(line, "stdout");
-        }
+        lines.push(text, emit);
       },
     });
     const reader = chunkReader(this.#child.stdout);
@@ -442,6 +446,8 @@ export class Connection {
         frames.push(value);
       }
       this.#truncated = frames.end().truncated;
+      lines.end(emit);
+      if (this.#exit === undefined) this.#onStdoutEnd();
     } catch (error: unknown) {
       if (error instanceof ProtocolError) {
         this.#protocolError = new ProtocolError(error.message, {
@@ -464,6 +470,24 @@ export class Connection {
 
   #stdoutReader: ChunkReader | undefined;
   #stdoutCancelled = false;
+
+  /**
+   * The worker's stdout ended. An exiting process closes it just before
+   * its exit is seen; one that is still running after a grace period closed
+   * it on purpose and can never answer again, so it is stopped and its
+   * calls fail now rather than at their deadlines.
+   */
+  #onStdoutEnd(): void {
+    const timer = setTimeout(() => {
+      if (this.#exit !== undefined) return;
+      this.#tail.push("\n[airlock: the worker closed its stdout]\n");
+      this.kill(
+        "killed by airlock because it closed its stdout and kept running (it could never answer)",
+      );
+    }, STDOUT_END_GRACE_MS);
+    (timer as { unref?: () => void }).unref?.();
+    this.closed.then(() => clearTimeout(timer));
+  }
 
   async #pumpStderr(): Promise<void> {
     const decoder = new TextDecoder();

@@ -161,8 +161,12 @@ export interface WorkerOptions {
   closeTimeoutMs?: number;
   /**
    * Receives each line the worker writes to stderr, and stray text on its
-   * stdout. By default lines go to the parent's stderr, prefixed with the
-   * module name and pid.
+   * stdout, as the worker wrote it (without the newline; a line longer than
+   * 8,192 characters arrives in pieces of that length). By default lines go
+   * to the parent's stderr, prefixed with the module name and pid, with
+   * terminal control characters (escape sequences, `\r`, bidirectional
+   * overrides) shown escaped; a sink of your own that prints lines should
+   * escape them too.
    *
    * @default {prefix and write to stderr}
    */
