@@ -1,12 +1,13 @@
+// pool() with real worker processes: what needs processes (CPU parallelism,
+// a worker killing itself, memory, lost calls, close and its processes). The
+// scheduling cases that need none run in memory: pool_scheduling_test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   pool,
-  PoolBusyError,
   RemoteError,
   SessionClosedError,
   WorkerCrashedError,
-  WorkerStartError,
 } from "../../mod.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
 import {
@@ -17,7 +18,6 @@ import {
   needsWorkers,
   scratchDir,
   until,
-  within,
 } from "../_helpers.ts";
 
 checkNoLeaks();
@@ -25,93 +25,6 @@ checkNoLeaks();
 const worker = fixture("behaviour_worker.ts");
 
 describe("pool() dispatch", needsWorkers(), () => {
-  test("pool() of max 2 given 8 slow calls never runs more than 2 workers", async () => {
-    await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 2 });
-    let most = 0;
-    const sampler = setInterval(() => {
-      most = Math.max(most, p.stats().workers + p.stats().starting);
-    }, 5);
-    try {
-      const pids = await within(
-        Promise.all(
-          Array.from(
-            { length: 8 },
-            () => p.delay(50, 0).then(() => p.whoami()),
-          ),
-        ),
-        60_000,
-        "8 calls",
-      );
-      assert.ok(new Set(pids).size <= 2, `pids: ${pids}`);
-    } finally {
-      clearInterval(sampler);
-    }
-    assert.ok(most <= 2, `saw ${most} workers`);
-    const stats = p.stats();
-    assert.equal(stats.completed, 16);
-    assert.equal(stats.queued, 0);
-    assert.equal(stats.perWorker.length, stats.workers);
-  });
-
-  test("pool() uses an idle worker before starting a new one", async () => {
-    await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 4 });
-    const first = await p.whoami();
-    const second = await p.whoami();
-    assert.equal(second, first);
-    assert.equal(p.stats().workers, 1);
-  });
-
-  test("pool() recycles a worker after exactly maxTasksPerWorker calls", async () => {
-    await using p = pool<typeof behaviour>(worker, {
-      ...captureLog(),
-      max: 1,
-      maxTasksPerWorker: 3,
-    });
-    const pids: number[] = [];
-    pids.push(await p.whoami());
-    // The host pid (inside a sandbox whoami is not one).
-    const firstPid = p.stats().perWorker[0]?.pid ?? -1;
-    for (let i = 1; i < 7; i++) pids.push(await p.whoami());
-    assert.equal(new Set(pids.slice(0, 3)).size, 1);
-    assert.notEqual(pids[3], pids[2], "call N+1 runs on a new worker");
-    assert.equal(new Set(pids.slice(3, 6)).size, 1);
-    assert.notEqual(pids[6], pids[5]);
-    assert.equal(p.stats().recycledBy.tasks, 2);
-    await until(() => !isAlive(firstPid), 10_000, "recycled worker exits");
-  });
-
-  test("pool() stops idle workers after idleTimeoutMs, and keeps min alive", async () => {
-    await using reaping = pool<typeof behaviour>(worker, {
-      ...captureLog(),
-      idleTimeoutMs: 100,
-    });
-    const first = await reaping.whoami();
-    await until(() => reaping.stats().workers === 0, 10_000, "idle reap");
-    assert.equal(reaping.stats().reaped, 1);
-    assert.notEqual(await reaping.whoami(), first);
-
-    await using keeping = pool<typeof behaviour>(worker, {
-      ...captureLog(),
-      idleTimeoutMs: 100,
-      min: 1,
-    });
-    const kept = await keeping.whoami();
-    // Let several idle periods pass: min keeps the worker.
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    assert.equal(keeping.stats().reaped, 0);
-    assert.equal(await keeping.whoami(), kept);
-  });
-
-  test("pool() prewarm starts workers before the first call", async () => {
-    await using p = pool<typeof behaviour>(worker, {
-      ...captureLog(),
-      max: 3,
-      prewarm: 2,
-    });
-    await until(() => p.stats().workers === 2, 30_000, "prewarmed workers");
-    assert.equal(p.stats().completed, 0);
-  });
-
   test("pool() runs two CPU-bound calls on a pool of 2 at the same time", async () => {
     await using p = pool<typeof behaviour>(worker, {
       ...captureLog(),
@@ -129,28 +42,6 @@ describe("pool() dispatch", needsWorkers(), () => {
 });
 
 describe("pool() limits and failures", needsWorkers(), () => {
-  test("pool() rejects at once with PoolBusyError past maxQueue", async () => {
-    await using p = pool<typeof behaviour>(worker, {
-      ...captureLog(),
-      max: 1,
-      maxQueue: 2,
-      cancelGraceMs: 100,
-    });
-    const controller = new AbortController();
-    const running = p.call("hang", [], { signal: controller.signal });
-    await until(() => p.stats().busy === 1, 30_000, "worker busy");
-    const queued = [p.add(1, 1), p.add(2, 2)];
-    const error = await p.add(3, 3).then(() => undefined, (e) => e);
-    assert.ok(error instanceof PoolBusyError);
-    assert.equal(error.maxQueue, 2);
-    controller.abort();
-    await running.catch(() => {});
-    assert.deepEqual(await within(Promise.all(queued), 30_000, "queue"), [
-      2,
-      4,
-    ]);
-  });
-
   test("pool() fails the crashed call, carries on, and heals", async () => {
     await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 2 });
     const other = p.delay(300, "other");
@@ -163,25 +54,6 @@ describe("pool() limits and failures", needsWorkers(), () => {
     assert.equal(p.stats().recycledBy.crash, 1);
     const remote = await p.throwCustom().then(() => undefined, (e) => e);
     assert.ok(remote instanceof RemoteError);
-  });
-
-  test("pool() fails queued calls with WorkerStartError when the module never starts", async () => {
-    await using p = pool(fixture("exit_on_import_worker.ts"), {
-      ...captureLog(),
-      max: 2,
-      maxRetries: 1,
-    });
-    const results = await within(
-      Promise.allSettled([p.call("x", []), p.call("y", []), p.call("z", [])]),
-      60_000,
-      "queued calls",
-    );
-    for (const result of results) {
-      assert.equal(result.status, "rejected");
-      assert.ok(
-        (result as PromiseRejectedResult).reason instanceof WorkerStartError,
-      );
-    }
   });
 
   test("pool() recycles a worker whose memory exceeds maxRssBytes", async () => {
@@ -234,39 +106,6 @@ describe("pool() lost calls", needsWorkers(), () => {
 });
 
 describe("pool() cancellation and close", needsWorkers(), () => {
-  test("pool() aborting a queued call removes it without touching any worker", async () => {
-    await using p = pool<typeof behaviour>(worker, { ...captureLog(), max: 1 });
-    const pid = await p.whoami();
-    const running = p.delay(200, "ran");
-    const controller = new AbortController();
-    const queued = p.call("add", [1, 1], { signal: controller.signal });
-    assert.equal(p.stats().queued, 1);
-    controller.abort(new Error("not needed"));
-    assert.equal((await queued.catch((e) => e)).message, "not needed");
-    assert.equal(p.stats().queued, 0);
-    assert.equal(await running, "ran");
-    assert.equal(await p.whoami(), pid);
-  });
-
-  test("pool() aborting a running call rejects with the reason, then the worker is replaced after the grace period", async () => {
-    await using p = pool<typeof behaviour>(worker, {
-      ...captureLog(),
-      max: 1,
-      cancelGraceMs: 100,
-    });
-    const pid = await p.whoami();
-    const hostPid = p.stats().perWorker[0]?.pid ?? -1;
-    const controller = new AbortController();
-    const running = p.call("hang", [], { signal: controller.signal });
-    await until(() => p.stats().busy === 1, 30_000, "running");
-    const reason = new Error("stop");
-    controller.abort(reason);
-    assert.equal(await running.catch((e) => e), reason);
-    const next = await within(p.whoami(), 30_000, "capacity back");
-    assert.notEqual(next, pid);
-    await until(() => !isAlive(hostPid), 10_000, "old worker gone");
-  });
-
   test("pool() close() finishes queued calls and waits for every process", async () => {
     const p = pool<typeof behaviour>(worker, { ...captureLog(), max: 2 });
     const calls = Array.from({ length: 5 }, (_, i) => p.delay(30, i));

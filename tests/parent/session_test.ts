@@ -1,3 +1,8 @@
+// session() with real worker processes: what needs processes (values and
+// errors through real pipes, crashes with stderr, blocked writes, grace kills,
+// close, start failures of real modules, environment, cwd, output, runtimes).
+// The scheduling cases that need none run in memory:
+// session_scheduling_test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -56,16 +61,6 @@ describe("session() calls", needsWorkers(), () => {
     assert.equal(stats.restarts, 0);
     assert.ok((stats.rssBytes ?? 0) > 1024 * 1024, "rssBytes from the OS");
     assert.ok(stats.uptimeMs >= 0);
-  });
-
-  test("session() 25 concurrent calls with mixed delays each get their own answer", async () => {
-    await using s = await session<typeof behaviour>(worker, captureLog());
-    const calls = Array.from(
-      { length: 25 },
-      (_, i) => s.delay((i * 7) % 40, { i }),
-    );
-    const values = await within(Promise.all(calls), 30_000, "25 calls");
-    assert.deepEqual(values, Array.from({ length: 25 }, (_, i) => ({ i })));
   });
 
   test("session() carries rich values both ways", async () => {
@@ -241,36 +236,6 @@ describe("session() lost calls", needsWorkers(), () => {
 });
 
 describe("session() timeouts and cancellation", needsWorkers(), () => {
-  test("session() one timeout keeps the worker, two in a row replace it", async () => {
-    await using s = await session<typeof behaviour>(worker, {
-      ...captureLog(),
-      cancelGraceMs: 60_000,
-    });
-    const first = s.pid;
-    const t1 = await s.call("hang", [], { timeoutMs: 50 }).then(
-      () => undefined,
-      (e) => e,
-    );
-    assert.ok(t1 instanceof WorkerTimeoutError);
-    assert.equal(t1.op, "hang");
-    assert.equal(t1.phase, "call");
-    assert.ok(t1.elapsedMs >= 45);
-    assert.equal(await s.add(1, 1), 2);
-    assert.equal(s.pid, first, "one timeout keeps the pid");
-    const bystander = s.call("hang", []);
-    await s.call("hang", [], { timeoutMs: 50 }).catch(() => {});
-    await s.call("hang", [], { timeoutMs: 50 }).catch(() => {});
-    const lost = await within(bystander, 30_000, "bystander").then(
-      () => undefined,
-      (e) => e,
-    );
-    assert.ok(lost instanceof WorkerCrashedError);
-    assert.match(lost.reason ?? "", /"hang".*timed out twice/);
-    assert.equal(await s.add(2, 2), 4);
-    assert.notEqual(s.pid, first, "two timeouts in a row change the pid");
-    assert.ok(s.stats().timeouts >= 3);
-  });
-
   test("session() a call whose write blocks because the worker stopped reading still times out", async () => {
     await using s = await session<typeof behaviour>(worker, {
       ...captureLog(),
@@ -295,37 +260,6 @@ describe("session() timeouts and cancellation", needsWorkers(), () => {
         WorkerCrashedError,
       "two timeouts in a row replace the wedged worker",
     );
-  });
-
-  test("session() abort rejects with signal.reason at once and the handler's signal fires", async () => {
-    const dir = scratch();
-    try {
-      await using s = await session<typeof behaviour>(worker, {
-        ...captureLog(),
-        permissions: { write: [dir] },
-      });
-      const file = join(dir, "cancel.log");
-      const controller = new AbortController();
-      const call = s.call("waitForCancel", [file], {
-        signal: controller.signal,
-      });
-      await s.add(0, 0);
-      const reason = new Error("user gave up");
-      controller.abort(reason);
-      assert.equal(await call.then(() => undefined, (e) => e), reason);
-      await until(() => lines(file).length === 1, 10_000, "handler saw abort");
-      const pid = s.pid;
-      assert.equal(await s.add(1, 1), 2);
-      assert.equal(s.pid, pid, "a handler that stops keeps its worker");
-      const already = AbortSignal.abort(new Error("too late"));
-      const early = await s.call("add", [1, 1], { signal: already }).then(
-        () => undefined,
-        (e) => e,
-      );
-      assert.equal((early as Error).message, "too late");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 
   test("session() a cancelled call that does not stop is killed after the grace period", async () => {
@@ -353,28 +287,6 @@ describe("session() timeouts and cancellation", needsWorkers(), () => {
 });
 
 describe("session() restart and close", needsWorkers(), () => {
-  test("session() restart() gives a new pid after calls in flight finish", async () => {
-    await using s = await session<typeof behaviour>(worker, {
-      ...captureLog(),
-      setup: [["increment"]],
-    });
-    const first = s.pid;
-    const inFlight = s.delay(100, "finished");
-    const restarted = s.restart();
-    const during = s.whoami();
-    assert.equal(await inFlight, "finished");
-    await restarted;
-    assert.notEqual(s.pid, first);
-    assert.equal(
-      await during,
-      await s.whoami(),
-      "calls made meanwhile run on the new worker",
-    );
-    assert.equal(await s.increment(), 2, "setup replayed");
-    assert.equal(s.stats().restarts, 1);
-    assert.equal(isAlive(first!), false);
-  });
-
   test("session() close() drains, leaves no process, and refuses later calls", async () => {
     const s = await session<typeof behaviour>(worker, captureLog());
     const pid = s.pid!;
@@ -506,27 +418,6 @@ describe("session() start failures", needsWorkers(), () => {
     assert.equal(last.failure, "exited");
     assert.equal(last.exitCode, 3);
     assert.match(last.stderrTail, /about to exit during import/);
-  });
-
-  test("session() a setup call that throws fails the start with the remote error", async () => {
-    const error = await session(worker, {
-      ...captureLog(),
-      setup: [["throwCustom"]],
-    }).then(() => undefined, (e) => e);
-    assert.ok(error instanceof WorkerStartError);
-    assert.equal(error.failure, "setup");
-    assert.ok(error.cause instanceof RemoteError);
-  });
-
-  test("session() a start that passes startTimeoutMs is a WorkerTimeoutError", async () => {
-    const error = await session(worker, {
-      ...captureLog(),
-      setup: [["hang"]],
-      startTimeoutMs: 300,
-    }).then(() => undefined, (e) => e);
-    assert.ok(error instanceof WorkerTimeoutError, String(error));
-    assert.equal(error.phase, "start");
-    assert.equal(error.timeoutMs, 300);
   });
 
   test("session() refuses invalid options before anything spawns", async () => {
