@@ -99,6 +99,20 @@ describe("Landlock confinement", needs("landlock"), () => {
     assert.notEqual(await s.nativeOpen(process.env.HOME ?? "/root"), "ok");
   });
 
+  test("a worker granted only a directory cannot read its parent's environment or command line", async () => {
+    await using s = await confined({ read: [granted] });
+    for (const name of ["environ", "cmdline", "maps"]) {
+      const path = `/proc/${process.pid}/${name}`;
+      assert.notEqual(await s.read(path), "ok", name);
+      assert.notEqual(await s.nativeOpen(path), "ok", name);
+    }
+    assert.equal(
+      await s.nativeOpen("/proc/self/status"),
+      "ok",
+      "its own /proc",
+    );
+  });
+
   test("a worker granted only a directory cannot signal its parent", async () => {
     await using s = await confined({ read: [granted] });
     assert.notEqual(await s.signal(process.pid, 0), "ok");
