@@ -17,6 +17,7 @@
 
 import type * as Buffer_ from "node:buffer";
 import type * as ChildProcess from "node:child_process";
+import type * as Crypto from "node:crypto";
 import type * as Fs from "node:fs";
 import type * as Os from "node:os";
 import type * as Path from "node:path";
@@ -50,6 +51,7 @@ const url = loader<typeof Url>("node:url");
 const os = loader<typeof Os>("node:os");
 const childProcess = loader<typeof ChildProcess>("node:child_process");
 const buffer = loader<typeof Buffer_>("node:buffer");
+const crypto = loader<typeof Crypto>("node:crypto");
 
 /** A function of a module, bound on first call. */
 function lazy<M, K extends keyof M>(load: () => M, key: K): M[K] {
@@ -57,6 +59,21 @@ function lazy<M, K extends keyof M>(load: () => M, key: K): M[K] {
     (load()[key] as (...args: unknown[]) => unknown)(...args)) as M[K];
 }
 
+/** `node:crypto` `createHash`. */
+export const createHash: typeof Crypto.createHash = lazy(
+  crypto,
+  "createHash",
+);
+/** `node:fs` `lstatSync`. */
+export const lstatSync: typeof Fs.lstatSync = lazy(fs, "lstatSync");
+/** `node:fs` `mkdirSync`. */
+export const mkdirSync: typeof Fs.mkdirSync = lazy(fs, "mkdirSync");
+/** `node:fs` `readlinkSync`. */
+export const readlinkSync: typeof Fs.readlinkSync = lazy(fs, "readlinkSync");
+/** `node:fs` `rmSync`. */
+export const rmSync: typeof Fs.rmSync = lazy(fs, "rmSync");
+/** `node:fs` `symlinkSync`. */
+export const symlinkSync: typeof Fs.symlinkSync = lazy(fs, "symlinkSync");
 /** `node:fs` `closeSync`. */
 export const closeSync: typeof Fs.closeSync = lazy(fs, "closeSync");
 /** `node:fs` `existsSync`. */

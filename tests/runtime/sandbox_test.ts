@@ -409,33 +409,13 @@ describe("sandboxDecision()", () => {
       : `use:${decision.use}`;
   }
 
-  test("sandboxDecision() auto on Deno uses the sandbox only when ffi or run is granted", () => {
-    assert.equal(
-      decide({
-        runtime: "deno",
-        sandbox: "auto",
-        permissions: nothing,
-        ...linux,
-      }),
-      "use:false",
-    );
-    assert.equal(
-      decide({
-        runtime: "deno",
-        sandbox: "auto",
-        permissions: readOnly,
-        ...linux,
-      }),
-      "use:false",
-    );
-    assert.equal(
-      decide({ runtime: "deno", sandbox: "auto", permissions: ffi, ...linux }),
-      "use:true",
-    );
-    assert.equal(
-      decide({ runtime: "deno", sandbox: "auto", permissions: run, ...linux }),
-      "use:true",
-    );
+  test("sandboxDecision() auto on Deno uses the sandbox wherever it is available, whatever is granted", () => {
+    for (const permissions of [nothing, readOnly, ffi, run]) {
+      assert.equal(
+        decide({ runtime: "deno", sandbox: "auto", permissions, ...linux }),
+        "use:true",
+      );
+    }
   });
 
   test("sandboxDecision() auto on Deno runs without the sandbox where it is missing", () => {

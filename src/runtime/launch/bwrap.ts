@@ -84,6 +84,14 @@ export interface BwrapOptions {
   read: ResolvedScopes;
   /** Granted write paths (absolute), or `true` for the whole file system. Must exist to be visible. */
   write: ResolvedScopes;
+  /**
+   * Paths that get an empty private tmpfs, mounted after the binds (e.g.
+   * Deno's `location_data` inside a writable cache: web storage that must
+   * not outlive the process).
+   *
+   * @default {[]}
+   */
+  scratch?: readonly string[];
   /** Whether any network access is granted: the network namespace is then shared. */
   net: boolean;
   /**
@@ -120,6 +128,10 @@ export interface SandboxedArgvOptions {
   command: readonly string[];
   /** Read-only mounts for the worker's code. */
   readOnly: readonly string[];
+  /** Paths the worker's code must write besides its grants (its private code cache). */
+  writable: readonly string[];
+  /** Paths that get an empty private tmpfs. */
+  scratch: readonly string[];
   /** The worker's resolved permissions. */
   permissions: ResolvedPermissions;
   /** The worker's whole environment. */
@@ -143,7 +155,10 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
     command: options.command,
     readOnly: options.readOnly,
     read: permissions.read,
-    write: permissions.write,
+    write: permissions.write === true
+      ? true
+      : [...permissions.write, ...options.writable],
+    scratch: options.scratch,
     net: isGranted(permissions.net),
     run: permissions.run,
     ffi: permissions.ffi,
@@ -248,6 +263,10 @@ export function bwrapArgv(options: BwrapOptions): string[] {
   if (!bound.some((path) => covers(path, "/tmp"))) {
     mounts.push({ path: "/tmp", args: ["--tmpfs", "/tmp"], rank: 1 });
   }
+  (options.scratch ?? []).forEach((path, index) => {
+    const dest = normalizePath(path, `scratch[${index}]`);
+    mounts.push({ path: dest, args: ["--tmpfs", dest], rank: 1 });
+  });
   const special = ["/dev", "/proc"];
   if (
     !bound.some((path) => covers(path, cwd)) &&

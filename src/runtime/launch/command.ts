@@ -15,6 +15,7 @@ import {
   dirname,
   fileURLToPath,
   isAbsolute,
+  join,
   process,
   readFileSync,
   statSync,
@@ -35,6 +36,7 @@ import {
   trustedRealPath,
 } from "./executable.ts";
 import { denoCacheMounts, projectRoot, workerMounts } from "./mounts.ts";
+import { codeCacheDir, LOCATION_DATA, prepareCodeCache } from "./code_cache.ts";
 import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
 import type {
@@ -163,6 +165,8 @@ interface InnerCommand {
   codeMounts: (() => string[]) | undefined;
   /** A `deno compile`d self-exec program. */
   compiledDeno: boolean;
+  /** For a worker run by `deno run`: the module Deno runs, for its private code cache. */
+  denoModule?: string;
 }
 
 const COMPILED_DENO_UNENFORCED =
@@ -224,6 +228,9 @@ function innerCommand(
       runtime: self.compiledDeno ? "bun" : adapter.name,
       codeMounts: () => self.readOnly,
       compiledDeno: self.compiledDeno,
+      ...(self.mode === "forced" && adapter.name === "deno"
+        ? { denoModule: input.moduleUrl?.href ?? "" }
+        : {}),
     };
   }
   const moduleUrl = input.moduleUrl;
@@ -264,6 +271,7 @@ function innerCommand(
     runtime: input.runtime,
     codeMounts,
     compiledDeno: false,
+    ...(input.runtime === "deno" ? { denoModule: moduleUrl.href } : {}),
   };
 }
 
@@ -289,6 +297,42 @@ function commandMounts(program: string, args: readonly string[]): string[] {
     }
   }
   return [...mounts];
+}
+
+/**
+ * Gives a sandboxed Deno worker its private, writable code cache as
+ * `DENO_DIR` (see code_cache.ts), or leaves the parent's (read-only module
+ * caches, nothing cached between starts: slower, equally confined) when the
+ * parent has no cache directory or may not create one.
+ *
+ * @returns The cache directory, or `undefined`.
+ */
+function useCodeCache(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  inner: InnerCommand,
+): string | undefined {
+  if (inner.denoModule === undefined || inner.binary === undefined) {
+    return undefined;
+  }
+  const parentDenoDir = denoCacheMounts(adapter.environment())?.denoDir;
+  if (parentDenoDir === undefined) return undefined;
+  const dir = codeCacheDir(parentDenoDir, {
+    binary: inner.binary,
+    module: inner.denoModule,
+    entry: workerEntryUrl().href,
+    config: input.config,
+    permissions: input.permissions,
+  });
+  try {
+    prepareCodeCache(dir, parentDenoDir);
+  } catch {
+    return undefined;
+  }
+  inner.step.env.DENO_DIR = dir;
+  inner.step.writable = [dir];
+  inner.step.scratch = [join(dir, LOCATION_DATA)];
+  return dir;
 }
 
 /**
@@ -338,6 +382,10 @@ function sandboxWrappers(
     landlockUsable: landlock?.usable === true,
   });
   if ((!decision.use && !bestEffort) || inner.binary === undefined) return [];
+  const useLandlock = landlock?.usable === true && landlock.runner &&
+    landlock.support && landlock.stepEnv;
+  if (!useLandlock && bwrap === undefined) return [];
+  const codeCache = useCodeCache(input, adapter, inner);
   // Every backend available, innermost first: Landlock runs inside
   // bubblewrap (a Landlock domain may not mount).
   const wrappers: Wrapper[] = [];
@@ -345,10 +393,14 @@ function sandboxWrappers(
     landlock?.usable && landlock.runner && landlock.support &&
     landlock.stepEnv
   ) {
+    const write = input.permissions.write;
     wrappers.push(landlockWrapper({
       runner: landlock.runner,
       support: landlock.support,
-      permissions: input.permissions,
+      // The private code cache is the one place written besides the grants.
+      permissions: codeCache === undefined || write === true
+        ? input.permissions
+        : { ...input.permissions, write: [...write, codeCache] },
       cwd: input.cwd,
       executables: [inner.binary],
       stepEnv: landlock.stepEnv,
@@ -470,7 +522,12 @@ export function buildWorkerCommand(
     const wrapped = wrapper.wrap(step);
     if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
     levels += wrapped.levels ?? 0;
-    step = wrapped;
+    // What the worker must write reaches every outer sandbox.
+    step = {
+      ...wrapped,
+      writable: wrapped.writable ?? step.writable ?? [],
+      scratch: wrapped.scratch ?? step.scratch ?? [],
+    };
   }
   const mapExit: ExitMapper = mappers.length === 0
     ? exitAsIs

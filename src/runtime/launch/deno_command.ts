@@ -137,7 +137,8 @@ export function denoRunArgv(options: DenoRunOptions): string[] {
 /**
  * Completes a Deno worker's environment in place: `DENO_DIR` (unless given)
  * from the parent's (`DENO_DIR`, `XDG_CACHE_HOME`, `HOME`), without which a
- * worker with no HOME refuses to start, and no update check.
+ * worker with no HOME refuses to start, no update check, and no `node` shim
+ * on PATH.
  *
  * @param env The worker's environment, completed in place.
  * @param parentEnv The parent's environment.
@@ -149,4 +150,7 @@ export function completeDenoEnv(
   const cache = denoCacheMounts(parentEnv)?.denoDir;
   if (cache !== undefined && env.DENO_DIR === undefined) env.DENO_DIR = cache;
   env.DENO_NO_UPDATE_CHECK ??= "1";
+  // Deno 2.9 otherwise prepends its `node` shim directory to PATH in every
+  // process whose DENO_DIR it may write: the worker's PATH is the one given.
+  env.DENO_DISABLE_NODE_SHIM ??= "1";
 }

@@ -6,7 +6,6 @@
  */
 
 import type { ResolvedPermissions } from "../permissions.ts";
-import { isGranted } from "../permissions.ts";
 import type { SandboxMode } from "./types.ts";
 
 /** Options of {@linkcode sandboxDecision}. */
@@ -50,15 +49,18 @@ export type SandboxDecision =
  * - `permissions: "all"`: never sandboxed; `sandbox: "os"` with it is an
  *   error (the two contradict each other).
  * - `sandbox: "os"`: sandboxed, or an error where the sandbox cannot be had
- *   (not Linux, or no bubblewrap).
- * - `sandbox: "auto"` (the default): sandboxed whenever bubblewrap is
- *   available and the runtime is Bun, or `ffi` or `run` is granted.
+ *   (not Linux, or neither bubblewrap nor Landlock).
+ * - `sandbox: "auto"` (the default): sandboxed whenever the sandbox is
+ *   available, on both runtimes (Deno's flags do not stop `import()` from
+ *   reading files, nor native code and subprocesses).
  * - Bun without the sandbox (`sandbox: "none"`, or `"auto"` where bubblewrap
  *   is unavailable): Bun has no permission model, so nothing would enforce
  *   the permissions, not even the default "nothing granted". That is an
  *   error unless `permissions.enforce` is `"best-effort"`.
- * - Deno without the sandbox: Deno's flags enforce the permissions on
- *   JavaScript; native code and subprocesses are not confined.
+ * - Deno without the sandbox (`"none"`, or `"auto"` where it is
+ *   unavailable: macOS, Windows, Linux without either backend): Deno's flags
+ *   enforce the permissions on most of JavaScript; imports, native code and
+ *   subprocesses are not confined.
  *
  * @param options The runtime, the options, and what this machine has.
  * @returns `{ use, reason }`, or `{ error }` with a message detail that says
@@ -146,18 +148,11 @@ export function sandboxDecision(
           `${who} no permission model: the OS sandbox enforces the permissions`,
       };
     }
-    const escapes = (["ffi", "run"] as const).filter((kind) =>
-      isGranted(permissions[kind])
-    );
-    if (escapes.length > 0) {
-      return {
-        use: true,
-        reason: `${
-          escapes.join(" and ")
-        } granted: native code and subprocesses are not confined by Deno's flags`,
-      };
-    }
-    return { use: false, reason: "Deno's flags enforce the permissions" };
+    return {
+      use: true,
+      reason:
+        "Deno's flags do not check every access (import() reads files without a read check; native code and subprocesses escape them): the OS sandbox confines the whole process",
+    };
   }
 
   // No sandbox: "none", or "auto" where it is unavailable.

@@ -38,6 +38,8 @@ export interface SelfExecCommand {
   argv: string[];
   /** The binary it starts (real path of the executable or runtime). */
   binary: string;
+  /** `"compiled"` (the executable itself) or `"forced"` (`deno run` / `bun` of the entry). */
+  mode: "compiled" | "forced";
   /** Whether it is a `deno compile`d program (whose permissions are compiled in). */
   compiledDeno: boolean;
   /**
@@ -131,7 +133,7 @@ export function selfExecCommand(
   env[WORKER_DEPTH_ENV] = String(depth + 1);
 
   if (mode === "compiled") {
-    return { argv: [binary], binary, compiledDeno, readOnly: [] };
+    return { argv: [binary], binary, mode, compiledDeno, readOnly: [] };
   }
   const modulePath = moduleUrl.protocol === "file:"
     ? fileURLToPath(moduleUrl)
@@ -156,11 +158,11 @@ export function selfExecCommand(
       projectDir: mainPath === undefined ? undefined : dirname(mainPath),
       main,
     });
-    return { argv, binary, compiledDeno, readOnly };
+    return { argv, binary, mode, compiledDeno, readOnly };
   }
   const mainPath = bunMain();
   const readOnly = codeMounts(input, entry, parentEnv, [mainPath, modulePath]);
-  return { argv: [binary, mainPath], binary, compiledDeno, readOnly };
+  return { argv: [binary, mainPath], binary, mode, compiledDeno, readOnly };
 }
 
 /**

@@ -93,6 +93,16 @@ export interface LaunchStep {
    * read-only besides the grants.
    */
   readOnly: readonly string[];
+  /**
+   * Absolute paths the program must be able to write besides the grants
+   * (a Deno worker's private code cache). Omitted: none.
+   */
+  writable?: readonly string[];
+  /**
+   * Absolute paths inside `writable` that must start empty and not outlive
+   * the process (Deno's web storage). Omitted: none.
+   */
+  scratch?: readonly string[];
 }
 
 /** What a wrapper made of a step. */

@@ -45,6 +45,8 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
           runtimeBinary: options.runtimeBinary,
           command: inner.argv,
           readOnly: inner.readOnly,
+          writable: inner.writable ?? [],
+          scratch: inner.scratch ?? [],
           permissions: options.permissions,
           env: inner.env,
           cwd: options.cwd,
