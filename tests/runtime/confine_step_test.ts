@@ -20,6 +20,7 @@ import {
   probeConfineSupport,
 } from "../../src/runtime/confine/confine_command.ts";
 import type { Permissions } from "../../src/runtime/permissions.ts";
+import { landlockWrapper } from "../../src/runtime/confine/wrapper.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import {
   CONFINE_FAILED_EXIT_CODE,
@@ -168,6 +169,35 @@ describe("confine step", { skip }, () => {
       seccomp: false,
     });
     assert.equal(result.stdout, "denied\n");
+  });
+
+  test("confine step without Landlock (a kernel before 5.13) installs the seccomp filter alone", () => {
+    const wrapper = landlockWrapper({
+      runner,
+      support: { landlockAbi: 0, seccomp: true },
+      permissions: resolvePermissions(undefined, granted),
+      cwd: granted,
+      executables: ["/bin", "/usr/bin"],
+      stepEnv: {},
+    });
+    assert.equal(wrapper.name, "seccomp");
+    const step = wrapper.wrap({
+      argv: [
+        "sh",
+        "-c",
+        `cat ${outside}/secret.txt; unshare --user true 2>/dev/null || echo unshare-denied`,
+      ],
+      env: ENV,
+      readOnly: [],
+    });
+    const result = spawnSync(step.argv[0] as string, step.argv.slice(1), {
+      cwd: granted,
+      env: step.env,
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    assert.equal(result.status, 0, String(result.stderr));
+    assert.equal(String(result.stdout), "secret\nunshare-denied\n");
   });
 
   test("confine step refuses a malformed spec with its exit code and a message", () => {

@@ -114,7 +114,8 @@ export function stepReadOnly(
  */
 export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
   return {
-    name: "landlock",
+    // Without Landlock (ABI 0) the step installs the seccomp filter alone.
+    name: options.support.landlockAbi > 0 ? "landlock" : "seccomp",
     wrap(inner: LaunchStep): WrappedStep {
       const changes: Record<string, string | null> = {};
       for (const [name, value] of Object.entries(options.stepEnv)) {
@@ -158,6 +159,11 @@ export interface LandlockAvailability {
   stepEnv: Record<string, string> | undefined;
   /** Whether Landlock and seccomp can be applied at all (as a second backend, at least). */
   usable: boolean;
+  /**
+   * Whether the step can install the seccomp filter though the kernel has no
+   * Landlock: worth running inside bubblewrap for the filter alone.
+   */
+  seccompOnly: boolean;
   /** Whether Landlock alone enforces every grant (no ABI gap). */
   alone: boolean;
   /** Why it is not usable, or not alone, in words; `""` when it is both. */
@@ -187,6 +193,7 @@ export function landlockAvailability(
     support: undefined,
     stepEnv: undefined,
     usable: false,
+    seccompOnly: false,
     alone: false,
     reason,
   });
@@ -216,9 +223,14 @@ export function landlockAvailability(
   });
   if (support.error !== undefined) return unusable(support.error);
   if (support.landlockAbi < 1) {
-    return unusable(
-      "the kernel has no Landlock (Linux 5.13 or later with landlock in its lsm= list)",
-    );
+    return {
+      ...unusable(
+        "the kernel has no Landlock (Linux 5.13 or later with landlock in its lsm= list)",
+      ),
+      support,
+      stepEnv,
+      seccompOnly: support.seccomp,
+    };
   }
   if (!support.seccomp) {
     return unusable("the kernel does not offer seccomp filters");
@@ -228,6 +240,7 @@ export function landlockAvailability(
     support,
     stepEnv,
     usable: true,
+    seccompOnly: false,
     alone: gaps.length === 0,
     reason: gaps.length === 0
       ? ""

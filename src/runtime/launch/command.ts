@@ -389,10 +389,11 @@ function sandboxWrappers(
   // Every backend available, innermost first: Landlock runs inside
   // bubblewrap (a Landlock domain may not mount).
   const wrappers: Wrapper[] = [];
-  if (
-    landlock?.usable && landlock.runner && landlock.support &&
-    landlock.stepEnv
-  ) {
+  // Without Landlock, the step still installs the seccomp filter inside
+  // bubblewrap (unix sockets, ptrace, io_uring…).
+  const step = landlock?.usable ||
+    (landlock?.seccompOnly === true && bwrap !== undefined);
+  if (step && landlock?.runner && landlock.support && landlock.stepEnv) {
     const write = input.permissions.write;
     wrappers.push(landlockWrapper({
       runner: landlock.runner,
