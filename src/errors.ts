@@ -54,13 +54,19 @@ export interface RemoteErrorOptions extends AirlockErrorOptions {
   remoteStack?: string | undefined;
   /** Own properties of the original error besides name, message, stack and cause (e.g. `code`). */
   properties?: Record<string, unknown>;
+  /** What to change when the error is a denied access, e.g. the grant of `permissions` it needs. */
+  hint?: string | undefined;
 }
 
 /**
  * A handler threw in the worker. The error keeps the original `name`,
  * `message`, `code` and every other own property, the `cause` chain (rebuilt
  * as errors) and the worker-side stack (`remoteStack`, also appended to
- * `stack`).
+ * `stack`). When the error is an access the worker's grants do not cover
+ * (Deno's `NotCapable`, or under the OS sandbox an `ENOENT`, `EROFS`,
+ * `EACCES` or failed connection on a path or host outside them), `hint`
+ * names the grant of `permissions` to add; the message stays the worker's,
+ * and the hint is also shown at the end of `stack`.
  *
  * @example Branch on the original error's fields
  * ```ts
@@ -93,6 +99,11 @@ export class RemoteError extends AirlockError {
   readonly code: unknown;
   /** Every own property of the original error besides name, message, stack and cause. */
   readonly properties: Readonly<Record<string, unknown>>;
+  /**
+   * What to change, when airlock recognised the error as a denied access:
+   * the grant of `permissions` it needs (e.g. `permissions.env: ["X"]`).
+   */
+  readonly hint: string | undefined;
   /** Other own properties of the original error are copied onto this object too. */
   [property: string]: unknown;
 
@@ -108,6 +119,7 @@ export class RemoteError extends AirlockError {
     this.op = options.op;
     this.pid = options.pid;
     this.remoteStack = options.remoteStack;
+    this.hint = options.hint;
     const properties = options.properties ?? {};
     this.properties = properties;
     this.code = properties.code;
@@ -125,6 +137,11 @@ export class RemoteError extends AirlockError {
       this.stack = `${this.stack ?? `${this.name}: ${this.message}`}\n` +
         `    --- in worker "${options.module}" (pid ${options.pid}), op "${options.op}" ---\n` +
         options.remoteStack;
+    }
+    if (options.hint) {
+      this.stack = `${
+        this.stack ?? `${this.name}: ${this.message}`
+      }\n    hint: ${options.hint}`;
     }
   }
 }

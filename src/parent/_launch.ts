@@ -124,6 +124,7 @@ export async function launchWorker(
       cancelGraceMs: options.cancelGraceMs,
       onLog: options.onLog,
       events: routed,
+      grants: { permissions: options.permissions, cwd: options.cwd },
     });
     if (startFault(options, conn)) {
       conn.kill("its start was made to fail by the test kit (failNextStart)");

@@ -9,6 +9,7 @@
  */
 
 import { RemoteError } from "../errors.ts";
+import { accessHint, type HintContext } from "./_hints.ts";
 
 /** Characters of a non-error value quoted in a message. */
 const DESCRIBE_CHARS = 200;
@@ -29,14 +30,16 @@ export interface RemoteErrorSite {
  *
  * @param value The decoded error value.
  * @param where The module, op and pid.
+ * @param grants The worker's grants, to hint at the one a denied access needs.
  * @returns The remote error.
  */
 export function toRemoteError(
   value: unknown,
   where: RemoteErrorSite,
+  grants?: HintContext,
 ): RemoteError {
   try {
-    return isError(value) ? fromError(value, where) : new RemoteError({
+    return isError(value) ? fromError(value, where, grants) : new RemoteError({
       ...where,
       remoteName: "Error",
       remoteMessage: typeof value === "string"
@@ -65,7 +68,11 @@ function isError(value: unknown): value is Error {
   }
 }
 
-function fromError(value: Error, where: RemoteErrorSite): RemoteError {
+function fromError(
+  value: Error,
+  where: RemoteErrorSite,
+  grants: HintContext | undefined,
+): RemoteError {
   const name = read(value, "name");
   const message = read(value, "message");
   const stack = read(value, "stack");
@@ -96,6 +103,7 @@ function fromError(value: Error, where: RemoteErrorSite): RemoteError {
     remoteStack: typeof stack === "string" ? stack : undefined,
     properties,
     ...cause,
+    hint: grants && accessHint(value, grants),
   });
 }
 

@@ -23,6 +23,7 @@ import {
   type WorkerMessage,
 } from "../protocol/messages.ts";
 import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
+import type { ResolvedPermissions } from "../runtime/permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import { readRssBytes } from "../runtime/proc.ts";
@@ -36,6 +37,7 @@ import {
 } from "./_exit.ts";
 import { LineSplitter, type LogSink, OutputTail } from "./_log.ts";
 import { describeValue, toRemoteError } from "./_remote_error.ts";
+import type { HintContext } from "./_hints.ts";
 import { registerWorker, unregisterWorker } from "./_registry.ts";
 import { answerDelayMs } from "./_faults.ts";
 import {
@@ -106,6 +108,8 @@ export interface ConnectionOptions {
   onLog: LogSink;
   /** Events for the owner. */
   events: ConnectionEvents;
+  /** The worker's grants and working directory, for the access hints of its errors. */
+  grants?: { permissions: ResolvedPermissions; cwd: string };
 }
 
 const live = new Set<ChildHandle>();
@@ -607,6 +611,22 @@ export class Connection {
     }
   }
 
+  /** What access hints are computed from, when the owner gave the grants. */
+  #hintContext(): HintContext | undefined {
+    const grants = this.#options.grants;
+    if (grants === undefined) return undefined;
+    const adapter = this.#options.adapter;
+    return {
+      permissions: grants.permissions,
+      cwd: grants.cwd,
+      sandboxed: this.#options.command.sandboxes.length > 0,
+      exists(path) {
+        const identity = adapter.pathIdentity(path);
+        return identity === "?" ? undefined : identity !== "-";
+      },
+    };
+  }
+
   /**
    * Settles a call with its answer. Total: whatever the worker sent, the
    * call settles (a hostile error value becomes a `RemoteError` saying so,
@@ -627,7 +647,7 @@ export class Connection {
             module: this.module,
             op: call.op,
             pid: this.pid,
-          }),
+          }, this.#hintContext()),
         );
       }
     } catch (error: unknown) {

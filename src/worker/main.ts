@@ -30,17 +30,52 @@ async function fatal(
   error: unknown,
 ): Promise<never> {
   const reported = error instanceof Error
-    ? error
+    ? withPosition(error)
     : new Error(`non-error thrown: ${String(error)}`);
   try {
     await adapter.workerStdio().write(
       encodeMessage({ type: "fatal", id: CONTROL_ID, phase, error: reported }),
     );
   } catch {
-    // Fall back to stderr alone.
+    // The parent cannot hear it: stderr is all that is left. (Once sent,
+    // the parent's start error carries the stack: printing it here too
+    // showed it three times, live, in the message and in the stderr tail.)
+    adapter.writeStderr(`${reported.stack ?? reported.message}\n`);
   }
-  adapter.writeStderr(`${reported.stack ?? reported.message}\n`);
   return adapter.exit(1);
+}
+
+/**
+ * Bun reports a syntax error (`BuildMessage`) or an unresolvable import
+ * (`ResolveMessage`) with its file and line in `position`, not in the
+ * message or a stack (`BuildMessage: Unexpected ;`). Such an error is
+ * rebuilt with the place in its message and a stack that shows the line.
+ */
+function withPosition(error: Error): Error {
+  let position: unknown;
+  try {
+    position = (error as { position?: unknown }).position ??
+      (error as { errors?: { position?: unknown }[] }).errors?.[0]?.position;
+  } catch {
+    return error;
+  }
+  if (typeof position !== "object" || position === null) return error;
+  const { file, line, column, lineText } = position as Record<string, unknown>;
+  if (typeof file !== "string" || typeof line !== "number") return error;
+  const where = `${file}:${line}${
+    typeof column === "number" ? `:${column}` : ""
+  }`;
+  const rebuilt = new Error(`${error.message} (at ${where})`);
+  rebuilt.name = error.name;
+  const gutter = " ".repeat(String(line).length);
+  const excerpt = typeof lineText === "string" && typeof column === "number"
+    ? `\n  ${line} | ${lineText}\n  ${gutter} | ${
+      " ".repeat(Math.max(0, column - 1))
+    }^`
+    : "";
+  rebuilt.stack =
+    `${error.name}: ${rebuilt.message}\n    at ${where}${excerpt}`;
+  return rebuilt;
 }
 
 /**

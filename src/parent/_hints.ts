@@ -1,0 +1,276 @@
+/**
+ * Hints that name the fix for a worker's failed access: which grant of
+ * `permissions` it needs. Deno's own advice ("run again with the
+ * --allow-env flag") is wrong inside a worker, and under the OS sandbox a
+ * read outside the grants fails as `ENOENT`, a write as `EROFS`, a
+ * connection as `ECONNREFUSED` or `EAI_AGAIN`, none of which says
+ * "permission". Private to src/parent.
+ *
+ * @module
+ */
+
+import type { ResolvedPermissions } from "../runtime/permissions.ts";
+
+/** What a hint is computed from: the worker's grants and confinement. */
+export interface HintContext {
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's working directory (relative paths resolve against it). */
+  cwd: string;
+  /** Whether an OS sandbox confines the worker. */
+  sandboxed: boolean;
+  /**
+   * Whether a path exists for the parent: `true`, `false`, or `undefined`
+   * when it cannot tell.
+   */
+  exists(path: string): boolean | undefined;
+}
+
+/** The fields of an error a hint is read from. */
+interface ErrorFields {
+  name: unknown;
+  message: unknown;
+  code: unknown;
+  path: unknown;
+  syscall: unknown;
+  address: unknown;
+  port: unknown;
+}
+
+/** How deep the cause chain is searched for an access failure. */
+const MAX_CAUSE_DEPTH = 8;
+
+/** `Requires env access to "X", run again with the --allow-env flag`. */
+const NOT_CAPABLE =
+  /^Requires (read|write|net|env|run|ffi|sys|import) access(?: to (?:"((?:[^"\\]|\\.)*)"|([^,]+)))?,/;
+
+/** Codes of a failed connection that a missing `net` grant explains. */
+const NET_CODES = new Set([
+  "EAI_AGAIN",
+  "ENOTFOUND",
+  "ECONNREFUSED",
+  "ENETUNREACH",
+  "EHOSTUNREACH",
+  "ConnectionRefused",
+  "FailedToOpenSocket",
+]);
+
+/**
+ * The hint for an error a worker threw, if it is an access the worker's
+ * grants do not cover. Looks at the error and its cause chain. Never
+ * throws.
+ *
+ * @param error The error (as rebuilt in the parent).
+ * @param context The worker's grants.
+ * @returns The hint, or `undefined`.
+ */
+export function accessHint(
+  error: unknown,
+  context: HintContext,
+): string | undefined {
+  try {
+    let current: unknown = error;
+    for (let depth = 0; depth < MAX_CAUSE_DEPTH; depth++) {
+      if (typeof current !== "object" || current === null) return undefined;
+      const fields = readFields(current);
+      const hint = notCapableHint(fields) ?? errnoHint(fields, context);
+      if (hint !== undefined) return hint;
+      current = Object.getOwnPropertyDescriptor(current, "cause")?.value;
+    }
+  } catch {
+    // A value that cannot be read has no hint.
+  }
+  return undefined;
+}
+
+function readFields(value: object): ErrorFields {
+  const own = (key: string): unknown =>
+    Object.getOwnPropertyDescriptor(value, key)?.value;
+  const name = own("name") ?? (value instanceof Error ? value.name : undefined);
+  return {
+    name,
+    message: own("message"),
+    code: own("code"),
+    path: own("path"),
+    syscall: own("syscall"),
+    address: own("address"),
+    port: own("port"),
+  };
+}
+
+/** Deno's `NotCapable`: the grant it names, as airlock spells it. */
+function notCapableHint(fields: ErrorFields): string | undefined {
+  if (fields.name !== "NotCapable" && fields.name !== "PermissionDenied") {
+    return undefined;
+  }
+  if (typeof fields.message !== "string") return undefined;
+  const match = NOT_CAPABLE.exec(fields.message);
+  if (!match) return undefined;
+  const kind = match[1] === "import" ? "net" : match[1]!;
+  const quoted = match[2];
+  const target = quoted !== undefined
+    ? quoted.replace(/\\(.)/g, "$1")
+    : match[3]?.trim();
+  const flag = `--allow-${match[1]}`;
+  if (target === undefined || target === "" || target.startsWith("<")) {
+    return `a worker's permissions come from its options, not from Deno's flags: grant it with permissions.${kind}: true (or list what it needs) instead of ${flag}`;
+  }
+  return `a worker's permissions come from its options, not from Deno's flags: grant it with permissions.${kind}: [${
+    JSON.stringify(target)
+  }] instead of ${flag}`;
+}
+
+/** An errno failure on a path (or host) the grants do not cover. */
+function errnoHint(
+  fields: ErrorFields,
+  context: HintContext,
+): string | undefined {
+  if (!context.sandboxed || typeof fields.code !== "string") return undefined;
+  const code = fields.code;
+  const path = typeof fields.path === "string"
+    ? fields.path
+    : typeof fields.message === "string"
+    ? quotedPath(fields.message)
+    : undefined;
+  const syscall = typeof fields.syscall === "string" ? fields.syscall : "";
+  if (NET_CODES.has(code)) {
+    const address = typeof fields.address === "string"
+      ? fields.address.includes(":") ? `[${fields.address}]` : fields.address
+      : undefined;
+    const port = typeof fields.port === "number" ? `:${fields.port}` : "";
+    return netHint(address && `tcp://${address}${port}`, path, context);
+  }
+  if (path === undefined || path === "") return undefined;
+  if (syscall.startsWith("spawn")) {
+    if (code !== "ENOENT" && code !== "EACCES" && code !== "EPERM") {
+      return undefined;
+    }
+    const run = context.permissions.run;
+    if (
+      run === true ||
+      run.some((program) => program === path || program.endsWith(`/${path}`))
+    ) {
+      return undefined;
+    }
+    return `the OS sandbox hides programs the worker was not granted: if it should run "${path}", add it to permissions.run (permissions: { run: [${
+      JSON.stringify(path)
+    }] })`;
+  }
+  const absolute = resolvePath(path, context.cwd);
+  if (absolute === undefined) return undefined;
+  switch (code) {
+    case "ENOENT":
+    case "ENOTDIR": {
+      if (covers(context.permissions.read, absolute, context.cwd)) {
+        return undefined;
+      }
+      const exists = context.exists(absolute);
+      if (exists === false) return undefined;
+      return `"${absolute}" is outside the worker's read grants, and the OS sandbox hides what is not granted${
+        exists ? " (it exists for the parent)" : ""
+      }: if the worker should read it, add it to permissions.read (permissions: { read: [${
+        JSON.stringify(absolute)
+      }] })`;
+    }
+    case "EROFS": {
+      if (covers(context.permissions.write, absolute, context.cwd)) {
+        return undefined;
+      }
+      return `"${absolute}" is outside the worker's write grants, and the OS sandbox makes it read-only: if the worker should write it, add it to permissions.write (permissions: { write: [${
+        JSON.stringify(absolute)
+      }] })`;
+    }
+    case "EACCES":
+    case "EPERM": {
+      const read = covers(context.permissions.read, absolute, context.cwd);
+      const write = covers(context.permissions.write, absolute, context.cwd);
+      if (read && write) return undefined;
+      const kind = read
+        ? "write"
+        : write
+        ? "read"
+        : "read or permissions.write";
+      return `"${absolute}" is outside the worker's grants and the OS sandbox refused the access: if the worker should have it, add it to permissions.${kind}`;
+    }
+    default:
+      return undefined;
+  }
+}
+
+function netHint(
+  endpoint: string | undefined,
+  path: string | undefined,
+  context: HintContext,
+): string | undefined {
+  const net = context.permissions.net;
+  if (net === true) return undefined;
+  let host = "host:port";
+  const target = endpoint ?? path;
+  if (target !== undefined) {
+    try {
+      const url = new URL(target);
+      const port = url.port ||
+        (url.protocol === "https:"
+          ? "443"
+          : url.protocol === "http:"
+          ? "80"
+          : "");
+      host = port ? `${url.hostname}:${port}` : url.hostname;
+    } catch {
+      // Not a URL: keep the placeholder.
+    }
+  }
+  return `${
+    net.length === 0
+      ? "the worker has no network access"
+      : "the worker may reach only the hosts in permissions.net"
+  }: if it should connect there, add the host to permissions.net (permissions: { net: [${
+    JSON.stringify(host)
+  }] })`;
+}
+
+/** The last single-quoted path in a message (`open '/etc/x'`). */
+function quotedPath(message: string): string | undefined {
+  const end = message.lastIndexOf("'");
+  if (end <= 0) return undefined;
+  const start = message.lastIndexOf("'", end - 1);
+  if (start === -1) return undefined;
+  return message.slice(start + 1, end);
+}
+
+function resolvePath(path: string, cwd: string): string | undefined {
+  if (path.startsWith("file://")) {
+    try {
+      return decodeURIComponent(new URL(path).pathname);
+    } catch {
+      return undefined;
+    }
+  }
+  if (path.startsWith("/")) return normalize(path);
+  if (/^[a-z][a-z0-9+.-]*:/i.test(path)) return undefined;
+  return normalize(`${cwd}/${path}`);
+}
+
+function normalize(path: string): string {
+  const parts: string[] = [];
+  for (const part of path.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") parts.pop();
+    else parts.push(part);
+  }
+  return `/${parts.join("/")}`;
+}
+
+/** Whether a grant covers a path: `true`, or the path is at or under one listed. */
+function covers(
+  scopes: true | readonly string[],
+  path: string,
+  cwd: string,
+): boolean {
+  if (scopes === true) return true;
+  const absolute = resolvePath(path, cwd) ?? path;
+  return scopes.some((scope) =>
+    absolute === scope ||
+    absolute.startsWith(scope.endsWith("/") ? scope : `${scope}/`)
+  );
+}
