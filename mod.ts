@@ -24,36 +24,24 @@
 
 export {
   AirlockError,
-  type AirlockErrorOptions,
   PermissionError,
-  type PermissionErrorOptions,
   PoolBusyError,
-  type PoolBusyErrorOptions,
   ProtocolError,
-  type ProtocolErrorOptions,
   RemoteError,
-  type RemoteErrorOptions,
   SessionClosedError,
-  type SessionClosedErrorOptions,
-  signalHint,
   WorkerCrashedError,
-  type WorkerCrashedErrorOptions,
   WorkerStartError,
-  type WorkerStartErrorOptions,
   type WorkerStartFailure,
   WorkerTimeoutError,
-  type WorkerTimeoutErrorOptions,
 } from "./src/errors.ts";
 export {
   type Session,
   session,
-  type SessionHandle,
   type SessionStats,
 } from "./src/parent/session.ts";
 export {
   type Pool,
   pool,
-  type PoolHandle,
   type PoolStats,
   type PoolWorkerStats,
 } from "./src/parent/pool.ts";
@@ -64,16 +52,12 @@ export {
   stateScope,
 } from "./src/parent/state_scope.ts";
 export type { CallStats, RecycleCounts } from "./src/parent/stats.ts";
-export {
-  type OneShot,
-  oneShot,
-  type OneShotHandle,
-} from "./src/parent/one_shot.ts";
+export { type OneShot, oneShot } from "./src/parent/one_shot.ts";
 export type {
   CallOptions,
   CloseOptions,
+  LogSource,
   OneShotOptions,
-  PoolCloseOptions,
   PoolOptions,
   RuntimeOption,
   SandboxOption,
@@ -81,7 +65,6 @@ export type {
   SetupCall,
   WorkerOptions,
 } from "./src/parent/options.ts";
-export type { LogSource } from "./src/parent/connection.ts";
 export type {
   ArgsOf,
   CallOf,

@@ -6,21 +6,15 @@
  * @module
  */
 
+import type { LogSource } from "./options.ts";
+
+export type { LogSource };
+
 /** Characters of stderr (and stray stdout) kept for crash reports. */
 export const STDERR_TAIL_BYTES = 8 * 1024;
 
 /** Where a worker's log lines go. */
 export type LogSink = (line: string, source: LogSource) => void;
-
-/** Who wrote a log line. */
-export interface LogSource {
-  /** The worker module (or command). */
-  module: string;
-  /** The worker's pid. */
-  pid: number;
-  /** `"stderr"`, or `"stdout"` for stray bytes on the frame stream. */
-  stream: "stderr" | "stdout";
-}
 
 /**
  * Longest log line handed to a sink, in characters: a longer line (a worker

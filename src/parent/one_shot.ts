@@ -33,8 +33,13 @@ import {
   type WorkerStream,
 } from "./proxy.ts";
 
-/** The control surface of a one-shot runner, beside the typed proxy. */
-export interface OneShotHandle<D = unknown> {
+/**
+ * A one-shot runner: one method per handler of the worker (the typed
+ * proxy), plus `call`.
+ *
+ * @typeParam D The worker module's default export type (`typeof db`).
+ */
+export type OneShot<D = unknown> = WorkerApi<D> & {
   /**
    * Runs one op in a fresh worker process.
    *
@@ -57,10 +62,7 @@ export interface OneShotHandle<D = unknown> {
    * @returns The values, one by one.
    */
   stream: WorkerStream<D>;
-}
-
-/** A one-shot runner: `call` plus one method per handler. */
-export type OneShot<D = unknown> = OneShotHandle<D> & WorkerApi<D>;
+};
 
 /**
  * Creates a runner that starts a fresh worker process for every call, runs
@@ -167,9 +169,9 @@ export function oneShot<D = unknown>(
   };
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     run(op, args, callOptions);
-  const handle: OneShotHandle<D> = {
+  const handle = {
     call: call as WorkerCall<D>,
     stream: call as WorkerStream<D>,
   };
-  return withProxy<OneShotHandle<D>, D>(handle, call);
+  return withProxy<typeof handle, D>(handle, call);
 }

@@ -9,7 +9,7 @@
 
 import { availableParallelism } from "../runtime/node_builtins.ts";
 import type { RuntimeName } from "../runtime/types.ts";
-import type { LogSink, LogSource } from "./connection.ts";
+import type { LogSink } from "./_log.ts";
 import type {
   PermissionsOption,
   ResolvedPermissions,
@@ -36,6 +36,16 @@ export const SANDBOX_OPTIONS: readonly SandboxOption[] = SANDBOX_MODES;
 
 /** One setup call: the op, then its arguments. */
 export type SetupCall = readonly [op: string, ...args: unknown[]];
+
+/** Who wrote a log line: what `onStderr` receives beside the line. */
+export interface LogSource {
+  /** The worker module (or command). */
+  module: string;
+  /** The worker's pid. */
+  pid: number;
+  /** `"stderr"`, or `"stdout"` for stray bytes on the frame stream. */
+  stream: "stderr" | "stdout";
+}
 
 /** Options every mode takes. */
 export interface WorkerOptions {
@@ -338,13 +348,6 @@ export interface CloseOptions {
    */
   timeoutMs?: number;
 }
-
-/**
- * Options of `close()` on a pool.
- *
- * @deprecated Use {@linkcode CloseOptions}, which sessions take too.
- */
-export type PoolCloseOptions = CloseOptions;
 
 /**
  * Every default of airlock's options, in one place. The `@default` of each

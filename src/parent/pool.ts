@@ -82,8 +82,13 @@ export interface PoolStats extends CallStats {
   perWorker: PoolWorkerStats[];
 }
 
-/** The control surface of a pool, beside the typed proxy. */
-export interface PoolHandle<D = unknown> {
+/**
+ * A pool: one method per handler of the worker (the typed proxy), plus
+ * `call`, `close`, `invalidate` and `stats`.
+ *
+ * @typeParam D The worker module's default export type (`typeof db`).
+ */
+export type Pool<D = unknown> = WorkerApi<D> & {
   /**
    * Calls an op on the first free worker.
    *
@@ -127,10 +132,7 @@ export interface PoolHandle<D = unknown> {
   invalidate(): void;
   /** Counters and per-worker figures. */
   stats(): PoolStats;
-}
-
-/** A pool: the control surface plus one method per handler. */
-export type Pool<D = unknown> = PoolHandle<D> & WorkerApi<D>;
+};
 
 interface PoolWorker {
   conn: Connection;
@@ -504,13 +506,13 @@ export function pool<D = unknown>(
   const core = new PoolCore(resolved, limits, adapter, tracker);
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     core.call(op, args, callOptions);
-  const handle: PoolHandle<D> = {
+  const handle = {
     call: call as WorkerCall<D>,
     stream: call as WorkerStream<D>,
-    close: (closeOptions) => core.close(closeOptions),
+    close: (closeOptions?: CloseOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
     invalidate: () => core.invalidate(),
     stats: () => core.stats(),
   };
-  return bindFaults(withProxy<PoolHandle<D>, D>(handle, call), resolved);
+  return bindFaults(withProxy<typeof handle, D>(handle, call), resolved);
 }

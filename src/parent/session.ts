@@ -70,8 +70,13 @@ export interface SessionStats extends CallStats {
   recycledBy: RecycleCounts;
 }
 
-/** The control surface of a session, beside the typed proxy. */
-export interface SessionHandle<D = unknown> {
+/**
+ * A session: one method per handler of the worker (the typed proxy), plus
+ * `call`, `restart`, `close`, `invalidate`, `pid` and `stats`.
+ *
+ * @typeParam D The worker module's default export type (`typeof db`).
+ */
+export type Session<D = unknown> = WorkerApi<D> & {
   /**
    * Calls an op by name.
    *
@@ -123,10 +128,7 @@ export interface SessionHandle<D = unknown> {
   readonly pid: number | undefined;
   /** Counters and the current worker's figures. */
   stats(): SessionStats;
-}
-
-/** A session: the control surface plus one method per handler. */
-export type Session<D = unknown> = SessionHandle<D> & WorkerApi<D>;
+};
 
 class SessionCore extends ModeCore implements ConnectionEvents {
   readonly tracker: StateTracker;
@@ -344,11 +346,11 @@ export async function session<D = unknown>(
   await core.start();
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     core.call(op, args, callOptions);
-  const handle: SessionHandle<D> = {
+  const handle = {
     call: call as WorkerCall<D>,
     stream: call as WorkerStream<D>,
     restart: () => core.restart(),
-    close: (closeOptions) => core.close(closeOptions),
+    close: (closeOptions?: CloseOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
     invalidate: () => core.invalidate(),
     get pid() {
@@ -356,5 +358,5 @@ export async function session<D = unknown>(
     },
     stats: () => core.stats(),
   };
-  return bindFaults(withProxy<SessionHandle<D>, D>(handle, call), resolved);
+  return bindFaults(withProxy<typeof handle, D>(handle, call), resolved);
 }
