@@ -43,6 +43,7 @@ import {
   type ResolvedWorkerOptions,
   RUNTIME_OPTIONS,
   SANDBOX_OPTIONS,
+  type SessionOptions,
   type SetupCall,
   WORKER_OPTION_KEYS,
   type WorkerOptions,
@@ -262,9 +263,10 @@ export function resolveWorkerOptions(
       DEFAULTS.closeGraceMs,
       false,
     ),
+    // Sessions and pools only: other modes refuse the key above.
     closeTimeoutMs: milliseconds(
       "closeTimeoutMs",
-      options.closeTimeoutMs,
+      (options as SessionOptions).closeTimeoutMs,
       DEFAULTS.closeTimeoutMs,
     ),
     onLog: onStderr ?? defaultLogSink(adapter),

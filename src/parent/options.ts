@@ -159,17 +159,6 @@ export interface WorkerOptions {
    */
   closeGraceMs?: number;
   /**
-   * Bounds a plain `close()` (and `await using`), in milliseconds: calls
-   * still running when it passes are ended as with `close({ force: true })`
-   * (they reject with `SessionClosedError`, the workers are killed) and
-   * `close()` resolves once the processes are gone. `0` lets `close()` wait
-   * for every admitted call, however long it runs (each call is still bound
-   * by its own deadline, `callTimeoutMs`).
-   *
-   * @default {0}
-   */
-  closeTimeoutMs?: number;
-  /**
    * Receives each line the worker writes to stderr, and stray text on its
    * stdout, as the worker wrote it (without the newline; a line longer than
    * 8,192 characters arrives in pieces of that length). By default lines go
@@ -262,10 +251,22 @@ export interface CallOptions {
 export interface OneShotOptions extends WorkerOptions {}
 
 /** Options of {@linkcode session}. */
-export interface SessionOptions extends WorkerOptions, StateOptions {}
+export interface SessionOptions extends WorkerOptions, StateOptions {
+  /**
+   * Bounds a plain `close()` (and `await using`), in milliseconds: calls
+   * still running when it passes are ended as with `close({ force: true })`
+   * (they reject with `SessionClosedError`, the workers are killed) and
+   * `close()` resolves once the processes are gone. `0` lets `close()` wait
+   * for every admitted call, however long it runs (each call is still bound
+   * by its own deadline, `callTimeoutMs`).
+   *
+   * @default {0}
+   */
+  closeTimeoutMs?: number;
+}
 
 /** Options of {@linkcode pool}. */
-export interface PoolOptions extends WorkerOptions, StateOptions {
+export interface PoolOptions extends SessionOptions {
   /**
    * Most worker processes at once. A worker retiring after
    * `maxTasksPerWorker` or `maxRssBytes` may briefly coexist with its
@@ -429,7 +430,6 @@ export const WORKER_OPTION_KEYS: readonly string[] = keyList<WorkerOptions>()([
   "idempotent",
   "cancelGraceMs",
   "closeGraceMs",
-  "closeTimeoutMs",
   "onStderr",
   "maxFrameBytes",
   "command",
@@ -443,6 +443,7 @@ export const SESSION_OPTION_KEYS: readonly string[] = keyList<
   ...(WORKER_OPTION_KEYS as readonly (keyof WorkerOptions)[]),
   "watch",
   "scope",
+  "closeTimeoutMs",
 ]);
 
 /** The keys of {@linkcode PoolOptions}. */
