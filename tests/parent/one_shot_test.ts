@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -18,7 +18,16 @@ import {
   fixture,
   liveChildren,
   needsWorkers,
+  until,
 } from "../_helpers.ts";
+
+function readLines(path: string): string[] {
+  try {
+    return readFileSync(path, "utf8").split("\n").filter(Boolean);
+  } catch {
+    return [];
+  }
+}
 
 checkNoLeaks();
 
@@ -37,13 +46,36 @@ describe("oneShot()", needsWorkers(), () => {
   });
 
   test("oneShot() runs concurrent calls in parallel processes", async () => {
-    const run = oneShot<typeof behaviour>(worker, captureLog());
-    const results = await Promise.all([run.busy(300), run.busy(300)]);
-    assert.notEqual(results[0].pid, results[1].pid);
-    assert.ok(
-      results[0].start < results[1].end && results[1].start < results[0].end,
-      "the two calls overlap in time",
-    );
+    const dir = mkdtempSync(join(tmpdir(), "airlock-oneshot-"));
+    try {
+      const log = join(dir, "log");
+      const run = oneShot<typeof behaviour>(worker, {
+        ...captureLog(),
+        permissions: { write: [dir] },
+        cancelGraceMs: 50,
+      });
+      const controller = new AbortController();
+      // Each call appends its line, then waits a minute: both lines appear
+      // only if both calls run at the same time, in two processes.
+      const calls = ["a", "b"].map((line) =>
+        run.call("appendThenWait", [log, line, 60_000], {
+          signal: controller.signal,
+        }).then(() => undefined, (e) => e)
+      );
+      await until(
+        () => readLines(log).length === 2,
+        30_000,
+        "both calls running at once",
+      );
+      assert.deepEqual(readLines(log).sort(), ["a", "b"]);
+      controller.abort(new Error("done"));
+      for (const error of await Promise.all(calls)) {
+        assert.equal((error as Error).message, "done");
+      }
+      await until(() => liveChildren().length === 0, 30_000, "processes gone");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("oneShot() replays setup before the call", async () => {
