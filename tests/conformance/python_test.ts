@@ -14,6 +14,7 @@ import {
   checkNoLeaks,
   needs,
   needsSandbox,
+  rejection,
   scratchDir,
   until,
 } from "../_helpers.ts";
@@ -117,11 +118,10 @@ describe("python worker: sqlite3 state on disk", () => {
           permissions: { read: [dir], write: [dir] },
         });
         await s.seed(db, ["x"]);
-        const failure = await s.query(db, "select * from missing").then(
-          () => undefined,
-          (error: unknown) => error,
+        const failure = await rejection(
+          s.query(db, "select * from missing"),
+          RemoteError,
         );
-        assert.ok(failure instanceof RemoteError, String(failure));
         assert.equal(failure.name, "OperationalError");
         assert.match(failure.message, /no such table: missing/);
         assert.match(failure.remoteStack ?? "", /sqlite_worker\.py/);
@@ -159,15 +159,6 @@ function openTypes(log = captureLog()) {
     // raw_writes runs /bin/echo.
     permissions: { run: ["/bin/echo"] },
   });
-}
-
-async function failureOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error: unknown) {
-    return error;
-  }
-  throw new assert.AssertionError({ message: "expected a rejection" });
 }
 
 describe("python worker: the value mapping", () => {
@@ -285,13 +276,11 @@ describe("python worker: the value mapping", () => {
         ["complex", /a complex cannot cross/],
       ];
       for (const [kind, pattern] of cases) {
-        const failure = await failureOf(s.unsendable(kind));
-        assert.ok(failure instanceof RemoteError, String(failure));
+        const failure = await rejection(s.unsendable(kind), RemoteError);
         assert.equal(failure.name, "TypeError");
         assert.match(failure.message, pattern);
       }
-      const loop = await failureOf(s.circular());
-      assert.ok(loop instanceof RemoteError);
+      const loop = await rejection(s.circular(), RemoteError);
       assert.match(loop.message, /value\[1\]: a circular reference/);
     },
   );
@@ -300,14 +289,16 @@ describe("python worker: the value mapping", () => {
     "an argument Python cannot hold fails that call with a TypeError and the worker stays",
     async () => {
       await using s = await openTypes();
-      const failure = await failureOf(
+      const failure = await rejection(
         s.describe(new Map<unknown, unknown>([[[1, 2], "list key"]])),
+        RemoteError,
       );
-      assert.ok(failure instanceof RemoteError, String(failure));
       assert.equal(failure.name, "TypeError");
       assert.match(failure.message, /args\[0\]\.keys\(\)\[0\]: a Map key/);
-      const farDate = await failureOf(s.describe(new Date(8.64e15)));
-      assert.ok(farDate instanceof RemoteError);
+      const farDate = await rejection(
+        s.describe(new Date(8.64e15)),
+        RemoteError,
+      );
       assert.match(farDate.message, /outside the years 1 to 9999/);
       assert.equal(await s.describe(1), "int");
     },
@@ -320,14 +311,12 @@ describe("python worker: errors, output, async handlers and the call context", (
     async () => {
       await using s = await openTypes();
       const missing = join(tmpdir(), "airlock-no-such-file");
-      const failure = await failureOf(s.osError(missing));
-      assert.ok(failure instanceof RemoteError, String(failure));
+      const failure = await rejection(s.osError(missing), RemoteError);
       assert.equal(failure.name, "FileNotFoundError");
       assert.equal(failure.properties.errno, 2);
       assert.equal(failure.properties.filename, missing);
       assert.equal(failure.properties.strerror, "No such file or directory");
-      const other = await failureOf(s.raiseWithAttributes());
-      assert.ok(other instanceof RemoteError);
+      const other = await rejection(s.raiseWithAttributes(), RemoteError);
       assert.equal(other.name, "LookupError");
       assert.equal(other.properties.table, "t1");
       assert.deepEqual(other.properties.rows, [1, 2]);
@@ -368,7 +357,7 @@ describe("python worker: errors, output, async handlers and the call context", (
       );
       const reason = new Error("stop");
       controller.abort(reason);
-      assert.equal(await failureOf(pending), reason);
+      assert.equal(await rejection(pending, Error), reason);
       await until(
         async () => (await s.asyncCancelled()).includes("stopped"),
         10_000,
@@ -386,8 +375,7 @@ describe("python worker: errors, output, async handlers and the call context", (
       assert.ok(info.id >= 1);
       assert.equal(info.same, true);
       assert.equal(info.cancelled, false);
-      const aborted = await failureOf(s.abort());
-      assert.ok(aborted instanceof RemoteError);
+      const aborted = await rejection(s.abort(), RemoteError);
       assert.equal(aborted.name, "AbortError");
     },
   );
@@ -397,13 +385,13 @@ describe("python worker: start failures", () => {
   pyTest(
     "a module that raises at import fails the start with its traceback",
     async () => {
-      const failure = await failureOf(
+      const failure = await rejection(
         session(pythonFixture("import_error_worker.py"), {
           ...quiet,
           command: command("import_error_worker.py"),
         }),
+        WorkerStartError,
       );
-      assert.ok(failure instanceof WorkerStartError, String(failure));
       assert.equal(failure.failure, "import");
       assert.equal(failure.remoteMessage, "broken at import");
       assert.match(failure.remoteStack ?? "", /import_error_worker\.py/);
@@ -414,26 +402,26 @@ describe("python worker: start failures", () => {
   pyTest(
     "a module without a Worker fails the start as a definition error",
     async () => {
-      const failure = await failureOf(
+      const failure = await rejection(
         session(pythonFixture("no_definition_worker.py"), {
           ...quiet,
           command: command("no_definition_worker.py"),
         }),
+        WorkerStartError,
       );
-      assert.ok(failure instanceof WorkerStartError, String(failure));
       assert.equal(failure.failure, "definition");
       assert.match(failure.message, /must define one Worker/);
     },
   );
 
   pyTest("a reserved handler name fails the start, naming it", async () => {
-    const failure = await failureOf(
+    const failure = await rejection(
       session(pythonFixture("reserved_name_worker.py"), {
         ...quiet,
         command: command("reserved_name_worker.py"),
       }),
+      WorkerStartError,
     );
-    assert.ok(failure instanceof WorkerStartError, String(failure));
     assert.equal(failure.failure, "import");
     assert.match(failure.message, /"then" is reserved/);
   });
