@@ -5,6 +5,14 @@
  * no claimed length is trusted before it has been checked against the bytes
  * that are really there.
  *
+ * Rows of plain objects with the same keys are common; the decoder
+ * remembers key sequences it has seen (up to 256, at most 16 new ones per
+ * decode, identifier keys only) and builds later objects of that shape with
+ * one object literal compiled for it, after checking each key's bytes. The
+ * compiled text holds nothing but the identifier keys (checked against
+ * `/^[A-Za-z_$][\w$]*$/`, `__proto__` excluded), so wire bytes never become
+ * code; a runtime that refuses to compile falls back to key-by-key stores.
+ *
  * @module
  */
 
@@ -131,6 +139,9 @@ export function decodeValue(
   attachmentArea?: Uint8Array,
   options?: DecodeValueOptions,
 ): unknown {
+  // A custom type's decode that decodes a value itself gets state of its
+  // own; its objects under construction stay on the shared stack.
+  const outer = decoding ? saveDecoderState() : undefined;
   // Byte strings decode as plain Uint8Array views, even from a Node Buffer.
   data = head.constructor === Uint8Array
     ? head
@@ -152,6 +163,8 @@ export function decodeValue(
     DECODE_BASE_BYTES +
       DECODE_BYTES_PER_FRAME_BYTE * (data.byteLength + area.byteLength);
   budgetLimit = budget;
+  if (outer === undefined) shapesMade = 0;
+  decoding = true;
   try {
     const value = decodeItem(1);
     if (at !== end) {
@@ -165,10 +178,47 @@ export function decodeValue(
       { cause: error },
     );
   } finally {
-    data = EMPTY_BYTES;
-    dataView = EMPTY_VIEW;
-    area = EMPTY_BYTES;
+    if (outer !== undefined) {
+      restoreDecoderState(outer);
+    } else {
+      decoding = false;
+      if (stackHigh > 0) {
+        stack.fill(undefined, 0, stackHigh);
+        stackHigh = 0;
+      }
+      stackTop = 0;
+      data = EMPTY_BYTES;
+      dataView = EMPTY_VIEW;
+      area = EMPTY_BYTES;
+    }
   }
+}
+
+/** What a nested decode saves of the one around it. */
+interface DecoderState {
+  data: Uint8Array;
+  dataView: DataView;
+  at: number;
+  end: number;
+  area: Uint8Array;
+  budget: number;
+  budgetLimit: number;
+  stackTop: number;
+}
+
+function saveDecoderState(): DecoderState {
+  return { data, dataView, at, end, area, budget, budgetLimit, stackTop };
+}
+
+function restoreDecoderState(state: DecoderState): void {
+  data = state.data;
+  dataView = state.dataView;
+  at = state.at;
+  end = state.end;
+  area = state.area;
+  budget = state.budget;
+  budgetLimit = state.budgetLimit;
+  stackTop = state.stackTop;
 }
 
 function malformed(detail: string): ProtocolError {
@@ -266,6 +316,20 @@ function decodeItem(depth: number): unknown {
       const n = readLength(info, 1);
       if (depth > MAX_DEPTH) throw tooDeep();
       spend(ARRAY_COST + SLOT_COST * n);
+      const d = depth + 1;
+      // Short arrays as literals: packed, made with their final length.
+      switch (n) {
+        case 0:
+          return [];
+        case 1:
+          return [decodeItem(d)];
+        case 2:
+          return [decodeItem(d), decodeItem(d)];
+        case 3:
+          return [decodeItem(d), decodeItem(d), decodeItem(d)];
+        case 4:
+          return [decodeItem(d), decodeItem(d), decodeItem(d), decodeItem(d)];
+      }
       // A long array grows as its items arrive, so that memory follows what
       // was really decoded, not what the length claims.
       const array = n <= PREALLOCATE_MAX_ITEMS ? new Array<unknown>(n) : [];
@@ -276,7 +340,9 @@ function decodeItem(depth: number): unknown {
       const n = readLength(info, 2);
       if (depth > MAX_DEPTH) throw tooDeep();
       spend(OBJECT_COST + PROPERTY_COST * n);
-      return readObjectEntries(n, depth);
+      return n > 0 && n <= MAX_SHAPE_KEYS
+        ? readObjectShaped(n, depth)
+        : readObjectEntries(n, depth);
     }
     case 6:
       return decodeTag(info < 24 ? info : readArgument(info), depth);
@@ -412,6 +478,190 @@ function readTextItem(what: string): string {
   if (initial >> 5 !== 3) throw malformed(`${what} is not a text string`);
   at++;
   return readText(readLength(initial & 31, 1));
+}
+
+// ---------------------------------------------------------------------------
+// Object shapes: rows of objects with the same keys, built at once
+// ---------------------------------------------------------------------------
+
+/** Objects with more keys are built key by key. */
+const MAX_SHAPE_KEYS = 32;
+/** Shapes kept; the cache starts over when it is full. */
+const MAX_SHAPES = 256;
+/** New shapes one decode may compile (each costs a function). */
+const MAX_SHAPES_PER_DECODE = 16;
+/** Keys that can be written in an object literal as they are. */
+const SHAPE_KEY = /^[A-Za-z_$][\w$]*$/;
+
+/** A sequence of keys seen before, and a function building its objects. */
+interface Shape {
+  /** The keys, in wire order. */
+  keys: string[];
+  /** The encoded keys (text header and bytes), back to back. */
+  bytes: Uint8Array;
+  /** Where each key starts in `bytes` (one more entry: the end). */
+  starts: Int32Array;
+  /** `{ k0: s[b], k1: s[b + 1], … }` as one object literal. */
+  build: (stack: unknown[], base: number) => Record<string, unknown>;
+}
+
+/** Shapes by their first key. */
+const shapes = new Map<string, Shape>();
+let shapesMade = 0;
+/** Whether a decode is running (a custom type's decode may start another). */
+let decoding = false;
+/** Values of the objects being built, above `stackTop`. */
+const stack: unknown[] = [];
+let stackTop = 0;
+let stackHigh = 0;
+/** Whether the runtime compiles functions from text (false once refused). */
+let canCompile = true;
+
+/** Whether the key bytes at `at` are key `i` of `shape` (then skips them). */
+function matchKey(shape: Shape, i: number): boolean {
+  const from = shape.starts[i]!;
+  const n = shape.starts[i + 1]! - from;
+  if (at + n > end) return false;
+  const bytes = shape.bytes;
+  for (let j = 0; j < n; j++) {
+    if (data[at + j] !== bytes[from + j]) return false;
+  }
+  at += n;
+  return true;
+}
+
+/**
+ * Reads a plain object whose keys may follow a known shape: the keys are
+ * compared as bytes and the object is made by one literal, which engines
+ * build with its final layout (key-by-key stores move it through a layout
+ * per key). The first key that differs falls back to key-by-key reading.
+ */
+function readObjectShaped(n: number, depth: number): Record<string, unknown> {
+  const start = at;
+  const first = readKey();
+  const shape = shapes.get(first);
+  if (shape === undefined || shape.keys.length !== n) {
+    return readObjectLearning(first, start, n, depth);
+  }
+  const base = stackTop;
+  stackTop = base + n;
+  if (stackTop > stackHigh) stackHigh = stackTop;
+  stack[base] = decodeItem(depth + 1);
+  for (let i = 1; i < n; i++) {
+    if (!matchKey(shape, i)) {
+      // Another shape after all: what was read so far, then key by key.
+      const object: Record<string, unknown> = {};
+      for (let j = 0; j < i; j++) object[shape.keys[j]!] = stack[base + j];
+      stackTop = base;
+      return readEntriesInto(object, i, n, depth);
+    }
+    stack[base + i] = decodeItem(depth + 1);
+  }
+  const object = shape.build(stack, base);
+  stackTop = base;
+  return object;
+}
+
+/**
+ * Reads a plain object key by key, then remembers its keys as a shape if
+ * they can be one (names of a literal, none repeated).
+ */
+function readObjectLearning(
+  first: string,
+  start: number,
+  n: number,
+  depth: number,
+): Record<string, unknown> {
+  const keys: string[] = [first];
+  /** Where each encoded key starts in the head, and its length. */
+  const ranges: number[] = [start, at - start];
+  const object: Record<string, unknown> = {};
+  setEntry(object, first, decodeItem(depth + 1));
+  for (let i = 1; i < n; i++) {
+    const keyAt = at;
+    const key = readKey();
+    ranges.push(keyAt, at - keyAt);
+    keys.push(key);
+    setEntry(object, key, decodeItem(depth + 1));
+  }
+  if (canCompile && shapesMade < MAX_SHAPES_PER_DECODE) {
+    remember(keys, ranges);
+  }
+  return object;
+}
+
+/** Compiles and stores the shape of these keys, if they can make one. */
+function remember(keys: string[], ranges: number[]): void {
+  const seen = new Set<string>();
+  for (const key of keys) {
+    if (!SHAPE_KEY.test(key) || key === "__proto__" || seen.has(key)) return;
+    seen.add(key);
+  }
+  let total = 0;
+  for (let i = 1; i < ranges.length; i += 2) total += ranges[i]!;
+  const bytes = new Uint8Array(total);
+  const starts = new Int32Array(keys.length + 1);
+  let offset = 0;
+  for (let i = 0; i < keys.length; i++) {
+    const from = ranges[2 * i]!;
+    const length = ranges[2 * i + 1]!;
+    starts[i] = offset;
+    bytes.set(data.subarray(from, from + length), offset);
+    offset += length;
+  }
+  starts[keys.length] = offset;
+  let build: Shape["build"];
+  try {
+    // Safe to compile: every key is an identifier (checked above), so the
+    // text is exactly an object literal of these keys.
+    build = new Function(
+      "s",
+      "b",
+      `return {${keys.map((key, i) => `${key}: s[b + ${i}]`).join(", ")}};`,
+    ) as Shape["build"];
+  } catch {
+    canCompile = false;
+    return;
+  }
+  shapesMade++;
+  if (shapes.size >= MAX_SHAPES) shapes.clear();
+  shapes.set(keys[0]!, { keys, bytes, starts, build });
+}
+
+function setEntry(
+  object: Record<string, unknown>,
+  key: string,
+  value: unknown,
+): void {
+  if (key === "__proto__") {
+    Object.defineProperty(object, key, {
+      value,
+      writable: true,
+      enumerable: true,
+      configurable: true,
+    });
+  } else {
+    object[key] = value;
+  }
+}
+
+/** Reads entries `from` to `n` of a plain object into it. */
+function readEntriesInto(
+  object: Record<string, unknown>,
+  from: number,
+  n: number,
+  depth: number,
+): Record<string, unknown> {
+  for (let i = from; i < n; i++) {
+    const key = readKey();
+    setEntry(object, key, decodeItem(depth + 1));
+  }
+  return object;
+}
+
+/** Reads the text key of a plain object's entry. */
+function readKey(): string {
+  return readTextItem("a map key of a plain object");
 }
 
 function readObjectEntries(n: number, depth: number): Record<string, unknown> {

@@ -7,6 +7,7 @@ import {
   ATTACHMENT_THRESHOLD_BYTES,
   encodeValue,
 } from "../../src/protocol/encode_value.ts";
+import { registerType } from "../../src/protocol/register_type.ts";
 import { ProtocolError } from "../../src/errors.ts";
 import { concat, difference } from "./_arbitraries.ts";
 import { fuzzTargets } from "./_fuzz.ts";
@@ -1118,6 +1119,91 @@ describe("decodeValue() malformed input", () => {
       ),
       { numRuns: 2500 },
     );
+  });
+});
+
+describe("decodeValue() objects of a repeated shape", () => {
+  test("decodeValue() builds rows of the same keys exactly, across decodes and after a key differs", () => {
+    const rows = [
+      { id: 1, name: "a", tags: ["x"] },
+      { id: 2, name: "b", tags: [] },
+      { id: 3, other: "c", tags: [] },
+      { id: 4, name: "d" },
+      { id: 5, name: "e", tags: [], extra: { id: 6, name: "f", tags: null } },
+      { id: 7, name: "g", tags: [{ id: 8, name: "h", tags: [] }] },
+      { name: "i", id: 9, tags: [] },
+    ];
+    for (let round = 0; round < 3; round++) {
+      assertSame(roundTrip(rows), rows);
+    }
+  });
+
+  test("decodeValue() keeps keys a literal cannot hold, and inherited names, as own properties", () => {
+    const special = JSON.parse(
+      '{"__proto__": 1, "constructor": 2, "toString": 3, "a b": 4, "0": 5}',
+    );
+    const rows = [
+      { constructor: 1, toString: 2, valueOf: 3, __defineGetter__: 4 },
+      special,
+      { constructor: 5, toString: 6, valueOf: 7, __defineGetter__: 8 },
+      special,
+    ];
+    for (let round = 0; round < 2; round++) {
+      const decoded = roundTrip(rows) as Record<string, unknown>[];
+      assertSame(decoded, rows);
+      for (const row of decoded) {
+        assert.equal(Object.getPrototypeOf(row), Object.prototype);
+        assert.ok(Object.hasOwn(row, "constructor"));
+        assert.ok(Object.hasOwn(row, "toString"));
+      }
+      assert.ok(Object.hasOwn(decoded[1]!, "__proto__"));
+    }
+    assert.equal(({} as { polluted?: unknown }).polluted, undefined);
+  });
+
+  test("decodeValue() decodes thousands of distinct shapes in one value", () => {
+    const rows = Array.from({ length: 5000 }, (_, i) => ({
+      [`k${i}`]: i,
+      [`j${i}`]: -i,
+    }));
+    assertSame(roundTrip(rows), rows);
+  });
+
+  test("decodeValue() lets a custom type's decode decode a value of its own mid-object", () => {
+    // The inner value travels as CBOR bytes, decoded by the type's decode
+    // while the row around it is half built.
+    class Nested {
+      constructor(readonly rows: { id: number; name: string }[]) {}
+    }
+    registerType<Nested, Uint8Array>({
+      name: "codec_test.Nested",
+      is: (value) => value instanceof Nested,
+      encode: (nested) => encodeValue(nested.rows).head,
+      decode: (head) =>
+        new Nested(decodeValue(head) as { id: number; name: string }[]),
+    });
+    const rows = [1, 2, 3].map((i) => ({
+      id: i,
+      nested: new Nested([{ id: i, name: "n" }, { id: -i, name: "m" }]),
+      name: `r${i}`,
+    }));
+    for (let round = 0; round < 2; round++) {
+      const decoded = roundTrip(rows) as typeof rows;
+      assert.deepEqual(
+        decoded.map((r) => [r.id, r.name, r.nested.rows]),
+        rows.map((r) => [r.id, r.name, r.nested.rows]),
+      );
+      assert.ok(decoded.every((r) => r.nested instanceof Nested));
+    }
+  });
+
+  test("decodeValue() refuses a truncated row of a known shape", () => {
+    const rows = [{ alpha: 1, beta: 2 }, { alpha: 3, beta: 4 }];
+    const { head } = encodeValue(rows);
+    decodeValue(head);
+    for (let cut = 1; cut < head.byteLength; cut++) {
+      assertProtocolError(head.subarray(0, cut));
+    }
   });
 });
 
