@@ -80,15 +80,21 @@ export type OneShot<D = unknown> = WorkerApi<D> & {
  * @throws {TypeError} when an option is invalid or the module does not exist.
  * @throws {RangeError} when a number option is out of range.
  *
- * @example Every call sees the disk as it is now
- * ```ts ignore
+ * @example Every call runs in a fresh process
+ * ```ts
  * import { oneShot } from "@airlock/airlock";
- * import type db from "./workers/db.ts";
+ * import assert from "node:assert/strict";
  *
- * const fresh = oneShot<typeof db>(new URL("./workers/db.ts", import.meta.url), {
- *   permissions: { read: ["./data"], write: ["./data"] },
- * });
- * console.log(await fresh.count("./data/app.db"));
+ * // The worker module: in an app, a file such as ./workers/counter.ts.
+ * const counter = `data:text/typescript,${encodeURIComponent(`
+ *   import { defineWorker } from "${import.meta.resolve("@airlock/airlock/worker")}";
+ *   let count = 0; // process-level state: new in every process
+ *   export default defineWorker({ increment: (by: number) => (count += by) });
+ * `)}`;
+ *
+ * const fresh = oneShot(counter);
+ * assert.equal(await fresh.call("increment", [1]), 1);
+ * assert.equal(await fresh.call("increment", [1]), 1); // nothing carried over
  * ```
  */
 export function oneShot<D = unknown>(

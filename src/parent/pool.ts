@@ -475,15 +475,21 @@ class PoolCore extends ModeCore {
  * @throws {RangeError} when a number option is out of range.
  *
  * @example A pool of two workers
- * ```ts ignore
+ * ```ts
  * import { pool } from "@airlock/airlock";
- * import type embed from "./workers/embed.ts";
+ * import assert from "node:assert/strict";
  *
- * await using p = pool<typeof embed>(new URL("./workers/embed.ts", import.meta.url), {
- *   max: 2,
- *   maxTasksPerWorker: 1_000,
- * });
- * const vectors = await Promise.all(texts.map((text) => p.embed(text)));
+ * // The worker module: in an app, a file such as ./workers/math.ts.
+ * const math = `data:text/typescript,${encodeURIComponent(`
+ *   import { defineWorker } from "${import.meta.resolve("@airlock/airlock/worker")}";
+ *   export default defineWorker({ square: (n: number) => n * n });
+ * `)}`;
+ *
+ * await using p = pool(math, { max: 2, maxTasksPerWorker: 1_000 });
+ * const squares = await Promise.all([1, 2, 3, 4].map((n) => p.call("square", [n])));
+ * assert.deepEqual(squares, [1, 4, 9, 16]);
+ * assert.ok(p.stats().workers <= 2);
+ * assert.equal(p.stats().completed, 4);
  * ```
  */
 export function pool<D = unknown>(

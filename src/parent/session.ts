@@ -314,16 +314,23 @@ class SessionCore extends ModeCore implements ConnectionEvents {
  * @throws {WorkerTimeoutError} when it is not ready within `startTimeoutMs`.
  *
  * @example Run a worker and call it
- * ```ts ignore
+ * ```ts
  * import { session } from "@airlock/airlock";
- * import type db from "./workers/db.ts";
+ * import assert from "node:assert/strict";
  *
- * await using s = await session<typeof db>(new URL("./workers/db.ts", import.meta.url), {
- *   permissions: { read: ["./data"], write: ["./data"] },
- *   setup: [["open", "./data/app.db"]],
- * });
- * const rows = await s.query("select 1");
+ * // The worker module: in an app, a file such as ./workers/counter.ts.
+ * const counter = `data:text/typescript,${encodeURIComponent(`
+ *   import { defineWorker } from "${import.meta.resolve("@airlock/airlock/worker")}";
+ *   let count = 0; // process-level state, kept between calls
+ *   export default defineWorker({ increment: (by: number) => (count += by) });
+ * `)}`;
+ *
+ * await using s = await session(counter, { setup: [["increment", 10]] });
+ * assert.equal(await s.call("increment", [1]), 11); // state kept since setup
+ * const before = s.pid;
  * await s.restart(); // a new process, setup replayed
+ * assert.notEqual(s.pid, before);
+ * assert.equal(await s.call("increment", [1]), 11);
  * ```
  */
 export async function session<D = unknown>(
