@@ -124,15 +124,18 @@ export function startError(
     stderrTail: exit.stderrTail,
   };
   if (fatal) {
+    // The worker's error: read its fields without trusting their types.
     const error = fatal.error;
+    const name = text(() => error.name) ?? "Error";
+    const message = text(() => error.message) ?? "";
     return new WorkerStartError({
       ...base,
       failure: fatal.phase,
       detail: fatal.phase === "import"
-        ? `the module threw during import: ${error.name}: ${error.message}`
-        : `invalid worker definition: ${error.message}`,
-      remoteMessage: error.message,
-      remoteStack: error.stack,
+        ? `the module threw during import: ${name}: ${message}`
+        : `invalid worker definition: ${message}`,
+      remoteMessage: message,
+      remoteStack: text(() => error.stack),
       cause: error,
     });
   }
@@ -153,4 +156,14 @@ export function startError(
     failure: "exited",
     detail: `${exit.reason ?? "the process ended before it was ready"}${cut}`,
   });
+}
+
+/** A field that is a string, or `undefined` (also when reading it throws). */
+function text(read: () => unknown): string | undefined {
+  try {
+    const value = read();
+    return typeof value === "string" ? value : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -11,9 +11,15 @@ import { RemoteError, session, WorkerStartError } from "../../mod.ts";
 import { accessHint, type HintContext } from "../../src/parent/_hints.ts";
 import type { ResolvedPermissions } from "../../src/runtime/permissions.ts";
 import {
+  findPython,
+  PYTHON_ENTRY,
+  pythonFixture,
+} from "../conformance/_python.ts";
+import {
   captureLog,
   checkNoLeaks,
   fixture,
+  needs,
   needsWorkers,
   rejection,
   RUNTIME,
@@ -315,6 +321,43 @@ describe("error hints", () => {
       "the stack was printed live too",
     );
   });
+
+  const python = findPython();
+  test(
+    "session() of a Python command worker that raises during import shows its traceback once",
+    {
+      skip: needs("python3").skip ?? python.skip,
+    },
+    async () => {
+      const log = captureLog();
+      const error = await rejection(
+        session(pythonFixture("import_error_worker.py"), {
+          ...log,
+          command: [
+            python.path ?? "python3",
+            "-B",
+            PYTHON_ENTRY,
+            pythonFixture("import_error_worker.py"),
+          ],
+          maxRetries: 0,
+        }),
+        WorkerStartError,
+      );
+      assert.equal(error.failure, "import");
+      const mentions = (text: string) =>
+        text.split('import_error_worker.py", line').length - 1;
+      assert.ok(
+        mentions(error.remoteStack ?? "") >= 1,
+        String(error.remoteStack),
+      );
+      assert.equal(mentions(error.stderrTail), 0, error.stderrTail);
+      assert.deepEqual(
+        log.lines.filter((line) => line.includes("Traceback")),
+        [],
+        "the traceback was printed live too",
+      );
+    },
+  );
 
   for (const runtime of ["deno", "bun"] as const) {
     test(

@@ -1848,12 +1848,13 @@ def _fatal(phase, error):
         head, attachments, area_bytes = encode_value({"type": "fatal", "id": 0, "phase": phase, "error": error})
         for chunk in _frame_chunks(head, attachments, area_bytes):
             _write_all(wire_out, chunk)
-    except Exception:  # noqa: BLE001 - fall back to stderr alone
-        pass
-    try:
-        sys.stderr.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
-    except Exception:  # noqa: BLE001
-        pass
+    except Exception:  # noqa: BLE001 - the parent cannot hear it: stderr alone
+        try:
+            sys.stderr.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        except Exception:  # noqa: BLE001
+            pass
+    # Once sent, the parent's start error carries the traceback: printing it
+    # here too showed it three times (live, in the message, in the tail).
     _exit(1)
 
 
