@@ -5,7 +5,7 @@
 // parent, and cannot reach a TCP port that is not granted.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import process from "node:process";
 import { session } from "../../mod.ts";
@@ -97,6 +97,20 @@ describe("Landlock confinement", needs("landlock"), () => {
     assert.notEqual(await s.nativeOpen(secret), "ok");
     assert.notEqual(await s.nativeOpen("/etc/shadow"), "ok");
     assert.notEqual(await s.nativeOpen(process.env.HOME ?? "/root"), "ok");
+  });
+
+  test("a symlink planted in the grant does not lead out of it", async () => {
+    // Another worker sharing the directory planted it; Deno's flags see a
+    // path inside the grant, the kernel checks where it really leads.
+    symlinkSync(outside, root.join("granted", "escape"));
+    await using s = await confined({ read: [granted], write: [granted] });
+    const through = root.join("granted", "escape", "secret.txt");
+    assert.notEqual(await s.read(through), "ok");
+    assert.notEqual(await s.nativeOpen(through), "ok");
+    assert.notEqual(
+      await s.write(root.join("granted", "escape", "planted.txt")),
+      "ok",
+    );
   });
 
   test("a worker granted only a directory cannot read its parent's environment or command line", async () => {
