@@ -19,6 +19,14 @@ export default defineWorker({
   async *rows(n: number): AsyncGenerator<{ id: number; name: string }> {
     for (let id = 0; id < n; id++) yield { id, name: "row" };
   },
+  /** Streams `count` buffers of `size` bytes: the streaming memory check. */
+  async *chunks(count: number, size: number): AsyncGenerator<Uint8Array> {
+    for (let i = 0; i < count; i++) {
+      const chunk = new Uint8Array(size);
+      chunk[0] = i & 0xff;
+      yield chunk;
+    }
+  },
   /** The same rows in one array. */
   rowsArray(n: number): { id: number; name: string }[] {
     const rows = new Array<{ id: number; name: string }>(n);

@@ -960,6 +960,36 @@ export function conformance(target: ConformanceTarget): void {
       });
     });
 
+    test(`a session iterates a stream, break runs the generator's finally, an error follows the values (${name})`, async () => {
+      await using s = await open({ onStderr: () => {} });
+      const values: number[] = [];
+      for await (const value of s.count(500)) values.push(value);
+      assert.deepEqual(values, Array.from({ length: 500 }, (_, i) => i));
+      assert.deepEqual(await s.countSync(3), [0, 1, 2]);
+      const tag = token("break");
+      for await (const value of s.endless(tag)) if (value === 20) break;
+      await until(
+        async () => (await s.streamState(tag))?.finished === true,
+        10_000,
+        "the generator's finally",
+      );
+      const seen: number[] = [];
+      const failure = await rejection((async () => {
+        for await (const value of s.failAfter(2)) seen.push(value);
+      })());
+      assert.deepEqual(seen, [0, 1]);
+      assert.ok(failure instanceof RemoteError, String(failure));
+      assert.equal(failure.name, "CustomError");
+      const reports: unknown[] = [];
+      assert.equal(
+        await s.call("report", [1000], {
+          onProgress: (value) => reports.push(value),
+        }),
+        "reported",
+      );
+      assert.equal(reports.at(-1), 1000);
+    });
+
     test(`progress is throttled, keeps the last value, and comes before the answer (${name})`, async () => {
       await withRaw(target, async (worker) => {
         await worker.next((m) => m.type === "hello", "hello");
