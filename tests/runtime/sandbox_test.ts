@@ -676,6 +676,8 @@ describe("findExecutable(), denoCacheMounts() and workerMounts()", () => {
     writeFileSync(join(proj, "deno.json"), "{}");
     writeFileSync(join(pkg, "workers", "entry.ts"), "");
     writeFileSync(join(pkg, "worker.ts"), "");
+    // A workspace: the linked package lies inside its root.
+    writeFileSync(join(root, "pnpm-workspace.yaml"), "");
     symlinkSync(linked, join(proj, "node_modules", "@scope", "linked"));
     symlinkSync(join(root, "missing"), join(proj, "node_modules", "dangling"));
 

@@ -18,6 +18,7 @@ import {
   join,
   process,
   readFileSync,
+  realpathSync,
   statSync,
 } from "../node_builtins.ts";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
@@ -34,8 +35,14 @@ import {
   recordWorkerWritable,
   resolveProgram,
   trustedRealPath,
+  writableByWorker,
 } from "./executable.ts";
-import { denoCacheMounts, projectRoot, workerMounts } from "./mounts.ts";
+import {
+  denoCacheMounts,
+  projectRoot,
+  tooBroad,
+  workerMounts,
+} from "./mounts.ts";
 import { codeCacheDir, LOCATION_DATA, prepareCodeCache } from "./code_cache.ts";
 import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
@@ -336,6 +343,44 @@ function useCodeCache(
 }
 
 /**
+ * Refuses a path grant that is a link a worker may have made: its
+ * directory lies where a worker of this process may write, or it leads to
+ * `/`, the home directory or an ancestor of it. A sandbox binds a grant by
+ * following links, so such a link would widen the grant to its target.
+ *
+ * @throws {PermissionError} naming the grant and its target.
+ */
+function checkGrantLinks(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+): void {
+  const home = adapter.env("HOME");
+  for (const kind of ["read", "write", "ffi"] as const) {
+    const scopes = input.permissions[kind];
+    if (scopes === true) continue;
+    for (const path of scopes) {
+      let real: string;
+      try {
+        real = realpathSync(path);
+      } catch {
+        continue;
+      }
+      if (real === path) continue;
+      const planted = writableByWorker(dirname(path));
+      if (planted === undefined && !tooBroad(real, home)) continue;
+      throw new PermissionError(
+        `permissions.${kind} "${path}" is a link to "${real}"${
+          planted === undefined
+            ? ", which would expose the root or home directory"
+            : ` inside "${planted}", where a worker may write and could have made it`
+        }; grant the real path instead`,
+        { module: input.label, permission: kind },
+      );
+    }
+  }
+}
+
+/**
  * The sandbox wrappers a worker gets, or none; throws when its permissions
  * cannot be enforced here.
  */
@@ -385,6 +430,7 @@ function sandboxWrappers(
   const useLandlock = landlock?.usable === true && landlock.runner &&
     landlock.support && landlock.stepEnv;
   if (!useLandlock && bwrap === undefined) return [];
+  checkGrantLinks(input, adapter);
   const codeCache = useCodeCache(input, adapter, inner);
   // Every backend available, innermost first: Landlock runs inside
   // bubblewrap (a Landlock domain may not mount).

@@ -17,6 +17,48 @@ import {
   statSync,
 } from "../node_builtins.ts";
 import { covers, normalizePath } from "./_paths.ts";
+import { writableByWorker } from "./executable.ts";
+
+/**
+ * Whether mounting `path` would show too much: `/`, the user's home or one
+ * of its ancestors.
+ *
+ * @param path A real, absolute path.
+ * @param home The user's home directory, if known.
+ * @returns Whether it must never be mounted for a worker's code.
+ */
+export function tooBroad(path: string, home: string | undefined): boolean {
+  if (path === "/") return true;
+  return home !== undefined && home !== "" && covers(path, home);
+}
+
+/**
+ * The path to mount for a discovered location, or `undefined` when it must
+ * not be mounted. Links are resolved here, once: the real path is what is
+ * mounted, so a link a worker swaps later changes nothing. Refused: a path
+ * that does not resolve, that resolves to `/`, the user's home or one of its
+ * ancestors, a link lying where a worker may write (a planted link), and a
+ * real path a worker may write (its write grant mounts it anyway).
+ *
+ * @param path A discovered absolute path.
+ * @param home The user's home directory, if known.
+ * @returns The path to mount, or `undefined`.
+ */
+export function trustedMount(
+  path: string,
+  home: string | undefined,
+): string | undefined {
+  let real: string;
+  try {
+    real = realpathSync(path);
+  } catch {
+    return undefined;
+  }
+  if (tooBroad(real, home)) return undefined;
+  if (real !== path && writableByWorker(path) !== undefined) return undefined;
+  if (writableByWorker(real) !== undefined) return undefined;
+  return real;
+}
 
 /**
  * Where Deno keeps its module caches, and what a sandboxed Deno worker needs
@@ -124,6 +166,13 @@ const CONFIG_FILES: readonly string[] = [
  * ({@linkcode denoCacheMounts}). Code the module imports from outside its
  * project, other than packages, needs a read grant.
  *
+ * Nothing is mounted because a worker could have made a link to it: every
+ * path goes through {@linkcode trustedMount} (real path; never `/`, the
+ * user's home or an ancestor of it; never a link where a worker may write),
+ * a project root that would be too broad falls back to the module's
+ * directory, links in a `node_modules` a worker may write are ignored, and a
+ * linked package must lie inside its workspace root.
+ *
  * @param options Where the module, airlock and the config are.
  * @returns The paths and Deno's cache directory.
  *
@@ -142,9 +191,12 @@ const CONFIG_FILES: readonly string[] = [
  * ```
  */
 export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
+  const home = options.env.HOME;
   const found = new Set<string>();
   const add = (path: string): void => {
-    if (existsSync(path)) found.add(path);
+    if (!existsSync(path)) return;
+    const mount = trustedMount(path, home);
+    if (mount !== undefined) found.add(mount);
   };
   const ancestors = (start: string): string[] => {
     const dirs = [start];
@@ -157,7 +209,9 @@ export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
   const starts: string[] = [];
   if (options.module !== undefined) {
     const dir = dirname(options.module);
-    add(projectRoot(dir));
+    const project = projectRoot(dir);
+    // A package.json in the home directory does not make it the project.
+    add(tooBroad(trustedRealPath(project), home) ? dir : project);
     starts.push(dir);
   }
   if (options.config !== undefined) {
@@ -169,8 +223,10 @@ export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
       for (const name of CONFIG_FILES) add(join(dir, name));
       const modules = join(dir, "node_modules");
       if (existsSync(modules)) {
-        found.add(modules);
-        for (const target of linkedPackages(modules)) found.add(target);
+        add(modules);
+        // Links in a node_modules a worker may write are its own doing.
+        if (writableByWorker(modules) !== undefined) continue;
+        for (const target of linkedPackages(modules, home)) add(target);
       }
     }
   }
@@ -199,8 +255,47 @@ export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
   return { readOnly: [...found], denoDir };
 }
 
-/** Real locations of packages symlinked into a node_modules directory (workspaces, `npm link`) that lie outside it. */
-function linkedPackages(modules: string): string[] {
+function trustedRealPath(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    return path;
+  }
+}
+
+/** Files that mark a project or workspace root. */
+const ROOT_MARKERS: readonly string[] = [
+  "package.json",
+  "deno.json",
+  "deno.jsonc",
+  "pnpm-workspace.yaml",
+];
+
+/**
+ * The outermost directory at or above `dir` that holds a project file and
+ * is not too broad to mount (see {@linkcode tooBroad}): the workspace root
+ * of a monorepo, or the project itself.
+ */
+function workspaceRoot(dir: string, home: string | undefined): string {
+  let root = dir;
+  for (let current = dir;; current = dirname(current)) {
+    if (tooBroad(current, home)) break;
+    if (ROOT_MARKERS.some((name) => existsSync(join(current, name)))) {
+      root = current;
+    }
+    if (dirname(current) === current) break;
+  }
+  return root;
+}
+
+/**
+ * Real locations of packages symlinked into a node_modules directory
+ * (workspaces, `npm link`) that lie outside it but inside its workspace
+ * root: a link anywhere else (`node_modules/evil -> /`) is not a package of
+ * this project and is not followed.
+ */
+function linkedPackages(modules: string, home: string | undefined): string[] {
+  const root = workspaceRoot(dirname(trustedRealPath(modules)), home);
   const targets: string[] = [];
   const visit = (dir: string, depth: number): void => {
     let entries;
@@ -214,7 +309,10 @@ function linkedPackages(modules: string): string[] {
       if (entry.isSymbolicLink()) {
         try {
           const target = realpathSync(path);
-          if (!covers(modules, target) && statSync(target).isDirectory()) {
+          if (
+            !covers(modules, target) && covers(root, target) &&
+            statSync(target).isDirectory()
+          ) {
             targets.push(target);
           }
         } catch {
