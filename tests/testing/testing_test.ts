@@ -29,6 +29,7 @@ import {
   isAlive,
   needsWorkers,
   rejection,
+  until,
 } from "../_helpers.ts";
 
 checkNoLeaks();
@@ -132,9 +133,8 @@ describe("fault injection", needsWorkers(), () => {
       max: 2,
       prewarm: 2,
     });
-    const [a, b] = await Promise.all([p.delay(200, "a"), p.whoami()]).then(
-      () => p.stats().perWorker.map((w) => w.pid),
-    );
+    await until(() => p.stats().perWorker.length === 2, 30_000, "2 workers");
+    const [a, b] = p.stats().perWorker.map((w) => w.pid);
     assert.ok(a !== undefined && b !== undefined);
     assert.equal(await crashWorker(p, { pid: b }), b);
     assert.ok(isAlive(a), "the other worker runs on");
