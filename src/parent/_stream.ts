@@ -137,6 +137,8 @@ export class StreamState {
       for (const value of values) this.#collected.push(value);
       this.#takenItems += values.length;
       this.#releasedBytes += bytes;
+      // Taken at once: the wait for the next value starts now.
+      carrier.holdDeadline(call.id, false);
       this.#maybeCredit();
       return;
     }

@@ -14,6 +14,7 @@ import {
 import type streamWorker from "../fixtures/stream_worker.ts";
 import type { Row } from "../fixtures/stream_worker.ts";
 import { liveWorkers } from "../../testing.ts";
+import { defineWorker } from "../../worker.ts";
 import {
   captureLog,
   checkNoLeaks,
@@ -291,6 +292,38 @@ describe("progress", () => {
 });
 
 describe("streams in pools and oneShot", () => {
+  test("defineWorker() refuses a handler named stream", () => {
+    assert.throws(
+      // @ts-expect-error: the type refuses a reserved name too
+      () => defineWorker({ stream() {} }),
+      (error: unknown) =>
+        error instanceof TypeError &&
+        /"stream" is reserved/.test(error.message),
+    );
+  });
+
+  test("pool() a crash mid-stream fails it after its values; the pool serves on", async () => {
+    await using p = pool<W>(worker, { ...captureLog(), max: 1 });
+    const { values, error } = await collect(p.crashAfter(3));
+    assert.deepEqual(values, [0, 1, 2]);
+    assert.ok(error instanceof WorkerCrashedError, String(error));
+    assert.equal(error.signal, "SIGKILL");
+    const retried = await within(
+      collect(p.delayed(10, 2)),
+      30_000,
+      "a stream after the crash",
+    );
+    assert.deepEqual(retried.values, [0, 1]);
+    assert.equal(p.stats().crashed, 1);
+  });
+
+  test("session() a stream awaited as a whole restarts timeoutMs with every message", async () => {
+    await using s = await session<W>(worker, captureLog());
+    // 12 values 100 ms apart: 1.2 s in all, never 300 ms without a value.
+    const all = await s.call("slow", [12, 100], { timeoutMs: 300 });
+    assert.deepEqual(all, Array.from({ length: 12 }, (_, i) => i));
+  });
+
   test("pool() proxy streams before any worker started", async () => {
     await using p = pool<W>(worker, { ...captureLog(), max: 2 });
     const ids = [];
