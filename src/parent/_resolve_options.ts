@@ -284,12 +284,15 @@ export function resolveWorkerOptions(
 /**
  * Validates the options only pools take and fills in their defaults.
  *
+ * @typeParam D The worker definition type (unused here).
  * @param options The caller's options (already checked for unknown keys).
  * @returns The resolved pool options.
  * @throws {TypeError} when an option has the wrong type.
  * @throws {RangeError} when a value is out of range (`min` or `prewarm` above `max`).
  */
-export function resolvePoolOptions(options: PoolOptions): ResolvedPoolOptions {
+export function resolvePoolOptions<D>(
+  options: PoolOptions<D>,
+): ResolvedPoolOptions {
   const max = wholeNumber("max", options.max, DEFAULTS.max, 1);
   const min = wholeNumber("min", options.min, DEFAULTS.min, 0);
   if (min > max) {

@@ -99,7 +99,7 @@ export type OneShot<D = unknown> = WorkerApi<D> & {
  */
 export function oneShot<D = unknown>(
   module: string | URL,
-  options: OneShotOptions = {},
+  options: OneShotOptions<NoInfer<D>> = {},
 ): OneShot<D> {
   const adapter = detect();
   const resolved = resolveWorkerOptions(module, options, adapter);

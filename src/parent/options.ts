@@ -16,6 +16,7 @@ import type {
 } from "../runtime/permissions.ts";
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
 import type { StateOptions } from "./state_scope.ts";
+import type { HandlersOf, OpOf } from "./proxy.ts";
 import { SANDBOX_MODES, type SandboxMode } from "../runtime/launch/types.ts";
 
 /** Where the worker runs and with which runtime. */
@@ -34,8 +35,23 @@ export const RUNTIME_OPTIONS: readonly RuntimeOption[] = [
 /** The accepted values of `sandbox`. */
 export const SANDBOX_OPTIONS: readonly SandboxOption[] = SANDBOX_MODES;
 
-/** One setup call: the op, then its arguments. */
-export type SetupCall = readonly [op: string, ...args: unknown[]];
+/**
+ * One setup call: the op's name, then each argument as its own element:
+ * `["open", "./data/app.db"]` calls `open("./data/app.db")` (not
+ * `["open", ["./data/app.db"]]`, which would pass one array). With the
+ * worker's type known (`session<typeof db>(...)`), op names and argument
+ * types are checked: a wrong one does not type-check.
+ *
+ * @typeParam D The worker module's default export type, or `unknown`.
+ */
+export type SetupCall<D = unknown> = unknown extends D
+  ? readonly [string, ...unknown[]]
+  : {
+    [K in OpOf<D>]: readonly [
+      K,
+      ...(HandlersOf<D>[K] extends (...args: infer A) => unknown ? A : never),
+    ];
+  }[OpOf<D>];
 
 /** Who wrote a log line: what `onStderr` receives beside the line. */
 export interface LogSource {
@@ -47,8 +63,12 @@ export interface LogSource {
   stream: "stderr" | "stdout";
 }
 
-/** Options every mode takes. */
-export interface WorkerOptions {
+/**
+ * Options every mode takes.
+ *
+ * @typeParam D The worker module's default export type (types `setup`).
+ */
+export interface WorkerOptions<D = unknown> {
   /**
    * The runtime that runs the worker: `"deno"`, `"bun"`, or `"auto"` for the
    * parent's own. The other runtime's binary is looked up on `PATH`, then in
@@ -130,12 +150,14 @@ export interface WorkerOptions {
    */
   maxRetries?: number;
   /**
-   * Calls run on every new worker before any other call, e.g.
-   * `[["open", "./data"]]`. A failing setup call fails the start.
+   * Calls run on every new worker before any other call, each an op name
+   * followed by its arguments, e.g. `[["open", "./data/app.db"]]`. A failing
+   * setup call fails the start. Checked against the worker's handlers when
+   * its type is given.
    *
    * @default {[]}
    */
-  setup?: readonly SetupCall[];
+  setup?: readonly SetupCall<D>[];
   /**
    * Ops that are safe to run twice (in addition to those the worker declares
    * in `defineWorker`). Only these are retried when a worker dies while
@@ -247,11 +269,20 @@ export interface CallOptions {
   windowBytes?: number;
 }
 
-/** Options of {@linkcode oneShot}. */
-export interface OneShotOptions extends WorkerOptions {}
+/**
+ * Options of {@linkcode oneShot}.
+ *
+ * @typeParam D The worker module's default export type (types `setup`).
+ */
+export interface OneShotOptions<D = unknown> extends WorkerOptions<D> {}
 
-/** Options of {@linkcode session}. */
-export interface SessionOptions extends WorkerOptions, StateOptions {
+/**
+ * Options of {@linkcode session}.
+ *
+ * @typeParam D The worker module's default export type (types `setup`).
+ */
+export interface SessionOptions<D = unknown>
+  extends WorkerOptions<D>, StateOptions {
   /**
    * Bounds a plain `close()` (and `await using`), in milliseconds: calls
    * still running when it passes are ended as with `close({ force: true })`
@@ -265,8 +296,12 @@ export interface SessionOptions extends WorkerOptions, StateOptions {
   closeTimeoutMs?: number;
 }
 
-/** Options of {@linkcode pool}. */
-export interface PoolOptions extends SessionOptions {
+/**
+ * Options of {@linkcode pool}.
+ *
+ * @typeParam D The worker module's default export type (types `setup`).
+ */
+export interface PoolOptions<D = unknown> extends SessionOptions<D> {
   /**
    * Most worker processes at once. A worker retiring after
    * `maxTasksPerWorker` or `maxRssBytes` may briefly coexist with its

@@ -494,7 +494,7 @@ class PoolCore extends ModeCore {
  */
 export function pool<D = unknown>(
   module: string | URL,
-  options: PoolOptions = {},
+  options: PoolOptions<NoInfer<D>> = {},
 ): Pool<D> {
   const adapter = detect();
   const resolved = resolveWorkerOptions(

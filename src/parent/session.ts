@@ -335,7 +335,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
  */
 export async function session<D = unknown>(
   module: string | URL,
-  options: SessionOptions = {},
+  options: SessionOptions<NoInfer<D>> = {},
 ): Promise<Session<D>> {
   const adapter = detect();
   const resolved = resolveWorkerOptions(

@@ -548,8 +548,8 @@ export function conformance(target: ConformanceTarget): void {
   }
   const label = target.command.at(-1) ?? name;
   const options = (
-    extra: Partial<SessionOptions> = {},
-  ): SessionOptions => ({
+    extra: Partial<SessionOptions<ConformanceWorker>> = {},
+  ): SessionOptions<ConformanceWorker> => ({
     command: target.command,
     ...(target.permissions === undefined
       ? {}
@@ -558,7 +558,7 @@ export function conformance(target: ConformanceTarget): void {
     env: { ...target.env, ...extra.env },
   });
   const open = (
-    extra: Partial<SessionOptions> = {},
+    extra: Partial<SessionOptions<ConformanceWorker>> = {},
   ): Promise<Session<ConformanceWorker>> =>
     session<ConformanceWorker>(label, options(extra));
 

@@ -10,9 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   AirlockError,
+  type OneShotOptions,
+  type PoolOptions,
   RemoteError,
   session,
   SessionClosedError,
+  type SessionOptions,
   WorkerCrashedError,
   WorkerStartError,
   WorkerTimeoutError,
@@ -46,6 +49,49 @@ function lines(path: string): string[] {
     return [];
   }
 }
+
+describe("session() options types", () => {
+  // deno test type-checks this file: each @ts-expect-error must be an error.
+  test("setup is typed from the worker's definition: wrong ops and arguments do not type-check", () => {
+    type Behaviour = typeof behaviour;
+    const ok: SessionOptions<Behaviour>["setup"] = [
+      ["add", 1, 2],
+      ["echo", { any: "value" }],
+      ["increment"],
+    ];
+    const bad: SessionOptions<Behaviour>["setup"][] = [
+      // @ts-expect-error: no op of that name
+      [["nope"]],
+      // @ts-expect-error: add takes numbers
+      [["add", "1", 2]],
+      // @ts-expect-error: the arguments follow the op, not as one array
+      [["add", [1, 2]]],
+      // @ts-expect-error: add takes two arguments
+      [["add", 1]],
+    ];
+    const pooled: PoolOptions<Behaviour> = {
+      // @ts-expect-error: pools check setup too
+      setup: [["delay", "1", "x"]],
+    };
+    const fresh: OneShotOptions<Behaviour> = {
+      // @ts-expect-error: so does oneShot
+      setup: [["whoami", 1]],
+    };
+    // The factories check it (never called here: no process starts).
+    const typedCalls = [
+      // @ts-expect-error: session<typeof worker> checks setup
+      () => session<Behaviour>(worker, { setup: [["add", 1, "2"]] }),
+      // Without the worker's type nothing is inferred from setup: any op goes.
+      () => session(worker, { setup: [["anything", 1, "x"]] }),
+    ];
+    assert.equal(typedCalls.length, 2);
+    // Without the worker's type, any op and arguments are accepted.
+    const loose: SessionOptions["setup"] = [["open", "./data"], ["x", 1, 2]];
+    assert.equal(ok?.length, 3);
+    assert.equal(bad.length, 4);
+    assert.ok(pooled && fresh && loose);
+  });
+});
 
 describe("session() calls", needsWorkers(), () => {
   test("session() resolves ready with a pid and serves typed calls", async () => {
