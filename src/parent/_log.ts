@@ -152,3 +152,101 @@ export function escapeLogLine(line: string): string {
       : `\\u${code.toString(16).padStart(4, "0")}`;
   });
 }
+
+/**
+ * A worker's log output: its stderr and the stray text on its stdout,
+ * decoded and split into bounded lines for the sink, plus the tail kept for
+ * crash reports. A sink that throws does not break the connection.
+ */
+export class WorkerLog {
+  readonly #sink: LogSink;
+  readonly #who: () => { module: string; pid: number };
+  readonly #tail = new OutputTail();
+  readonly #strayDecoder = new TextDecoder();
+  readonly #strayLines = new LineSplitter();
+  #stderrReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+
+  /**
+   * Creates the log of one worker.
+   *
+   * @param sink Where lines go.
+   * @param who The worker's module and pid (the pid may change once it is ready).
+   */
+  constructor(sink: LogSink, who: () => { module: string; pid: number }) {
+    this.#sink = sink;
+    this.#who = who;
+  }
+
+  /** The tail of the worker's output (about 8 KiB at most). */
+  get tail(): string {
+    return this.#tail.text;
+  }
+
+  /**
+   * Adds airlock's own note to the tail (not to the sink).
+   *
+   * @param text The note.
+   */
+  note(text: string): void {
+    this.#tail.push(`\n[airlock: ${text}]\n`);
+  }
+
+  /**
+   * Takes bytes the worker wrote to stdout outside a frame.
+   *
+   * @param bytes The bytes.
+   */
+  stray(bytes: Uint8Array): void {
+    const text = this.#strayDecoder.decode(bytes, { stream: true });
+    this.#tail.push(text);
+    this.#strayLines.push(text, this.#emitStray);
+  }
+
+  /** Stdout ended: hands over its unfinished stray line. */
+  endStray(): void {
+    this.#strayLines.end(this.#emitStray);
+  }
+
+  /**
+   * Reads the worker's stderr to its end, line by line into the sink.
+   *
+   * @param stream The worker's stderr.
+   * @returns Settles once the stream has ended (never rejects).
+   */
+  async pumpStderr(stream: ReadableStream<Uint8Array>): Promise<void> {
+    const decoder = new TextDecoder();
+    const lines = new LineSplitter();
+    const emit = (line: string) => this.#emit(line, "stderr");
+    const reader = stream.getReader();
+    this.#stderrReader = reader;
+    try {
+      while (true) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        const text = decoder.decode(value, { stream: true });
+        this.#tail.push(text);
+        lines.push(text, emit);
+      }
+    } catch {
+      // The pipe went away with the process.
+    }
+    lines.end(emit);
+  }
+
+  /** Stops reading stderr (output still held by a process that is gone). */
+  cancelStderr(): void {
+    this.#stderrReader?.cancel().catch(() => {});
+  }
+
+  #emitStray = (line: string): void => {
+    if (line) this.#emit(line, "stdout");
+  };
+
+  #emit(line: string, stream: "stderr" | "stdout"): void {
+    try {
+      this.#sink(line, { ...this.#who(), stream });
+    } catch {
+      // A throwing log sink must not break the connection.
+    }
+  }
+}

@@ -35,7 +35,7 @@ import {
   type StartFatal,
   type Truncation,
 } from "./_exit.ts";
-import { LineSplitter, type LogSink, OutputTail } from "./_log.ts";
+import { type LogSink, WorkerLog } from "./_log.ts";
 import { describeValue, toRemoteError } from "./_remote_error.ts";
 import type { HintContext } from "./_hints.ts";
 import { registerWorker, unregisterWorker } from "./_registry.ts";
@@ -150,7 +150,7 @@ export class Connection {
     this.#timeout(call, startedAt)
   );
   #cancelling = new Map<number, ReturnType<typeof setTimeout>>();
-  #tail = new OutputTail();
+  #log: WorkerLog;
   #killReason: string | undefined;
   #requested = false;
   #protocolError: ProtocolError | undefined;
@@ -168,6 +168,10 @@ export class Connection {
     this.module = options.command.module;
     this.spawnPid = child.pid;
     this.startedAt = Date.now();
+    this.#log = new WorkerLog(options.onLog, () => ({
+      module: this.module,
+      pid: this.pid,
+    }));
     this.ready = new Promise<HelloMessage>((resolve, reject) => {
       this.#resolveReady = resolve;
       this.#rejectReady = reject;
@@ -177,7 +181,7 @@ export class Connection {
     registerWorker(this, options.command.local);
     reapOnExit(options.adapter);
     const stdoutDone = this.#pumpStdout();
-    const stderrDone = this.#pumpStderr();
+    const stderrDone = this.#log.pumpStderr(child.stderr);
     this.closed = this.#watchExit(stdoutDone, stderrDone);
     if (options.startTimeoutMs > 0) {
       const timer = setTimeout(() => {
@@ -229,7 +233,7 @@ export class Connection {
 
   /** The tail of the worker's stderr. */
   get stderrTail(): string {
-    return this.#tail.text;
+    return this.#log.tail;
   }
 
   /** Calls that timed out in a row without an answer in between. */
@@ -405,20 +409,7 @@ export class Connection {
     });
   }
 
-  #log(line: string, stream: "stderr" | "stdout"): void {
-    try {
-      this.#options.onLog(line, { module: this.module, pid: this.pid, stream });
-    } catch {
-      // A throwing log sink must not break the connection.
-    }
-  }
-
   async #pumpStdout(): Promise<void> {
-    const decoder = new TextDecoder();
-    const lines = new LineSplitter();
-    const emit = (line: string) => {
-      if (line) this.#log(line, "stdout");
-    };
     const frames = new FrameReader({
       maxFrameBytes: this.#options.maxFrameBytes,
       onFrame: (frame) => {
@@ -435,11 +426,7 @@ export class Connection {
           }
         }, delayMs);
       },
-      onStray: (bytes) => {
-        const text = decoder.decode(bytes, { stream: true });
-        this.#tail.push(text);
-        lines.push(text, emit);
-      },
+      onStray: (bytes) => this.#log.stray(bytes),
     });
     const reader = chunkReader(this.#child.stdout);
     this.#stdoutReader = reader;
@@ -450,7 +437,7 @@ export class Connection {
         frames.push(value);
       }
       this.#truncated = frames.end().truncated;
-      lines.end(emit);
+      this.#log.endStray();
       if (this.#exit === undefined) this.#onStdoutEnd();
     } catch (error: unknown) {
       if (error instanceof ProtocolError) {
@@ -464,7 +451,7 @@ export class Connection {
         // Reading stopped: nothing more would ever be answered, so stop the
         // worker now rather than let its calls wait for their deadlines.
         const why = error instanceof Error ? error.message : String(error);
-        this.#tail.push(`\n[airlock: cannot read worker stdout: ${why}]\n`);
+        this.#log.note(`cannot read worker stdout: ${why}`);
         this.kill(
           `killed by airlock because its stdout could not be read: ${why}`,
         );
@@ -484,7 +471,7 @@ export class Connection {
   #onStdoutEnd(): void {
     const timer = setTimeout(() => {
       if (this.#exit !== undefined) return;
-      this.#tail.push("\n[airlock: the worker closed its stdout]\n");
+      this.#log.note("the worker closed its stdout");
       this.kill(
         "killed by airlock because it closed its stdout and kept running (it could never answer)",
       );
@@ -492,28 +479,6 @@ export class Connection {
     (timer as { unref?: () => void }).unref?.();
     this.closed.then(() => clearTimeout(timer));
   }
-
-  async #pumpStderr(): Promise<void> {
-    const decoder = new TextDecoder();
-    const lines = new LineSplitter();
-    const emit = (line: string) => this.#log(line, "stderr");
-    const reader = this.#child.stderr.getReader();
-    this.#stderrReader = reader;
-    try {
-      while (true) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        const text = decoder.decode(value, { stream: true });
-        this.#tail.push(text);
-        lines.push(text, emit);
-      }
-    } catch {
-      // The pipe went away with the process.
-    }
-    lines.end(emit);
-  }
-
-  #stderrReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
 
   /** What streams of this connection's calls use to credit the worker. */
   #carrier: StreamCarrier = {
@@ -681,7 +646,7 @@ export class Connection {
     if (!drained) {
       this.#stdoutCancelled = true;
       this.#stdoutReader?.cancel().catch(() => {});
-      this.#stderrReader?.cancel().catch(() => {});
+      this.#log.cancelStderr();
     }
     const mapped = this.#options.command.mapExit(status.code, status.signal);
     const exit: ConnectionExit = {
@@ -693,7 +658,7 @@ export class Connection {
         this.#hello !== undefined,
       ),
       requested: this.#requested,
-      stderrTail: this.#tail.text,
+      stderrTail: this.#log.tail,
       pid: this.pid,
       protocolError: this.#protocolError,
     };
