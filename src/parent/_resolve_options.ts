@@ -21,7 +21,7 @@ import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import type { LogSink } from "./connection.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
 import { escapeLogLine } from "./_log.ts";
-import { resolvePermissions } from "../runtime/permissions.ts";
+import { envNameProblem, resolvePermissions } from "../runtime/permissions.ts";
 import { isEmbeddedPath } from "../runtime/self_exec.ts";
 import {
   checkKnownKeys,
@@ -125,6 +125,12 @@ function resolveEnv(
       throw new TypeError(invalid("env", "an object of strings", options.env));
     }
     for (const [name, value] of Object.entries(options.env)) {
+      const problem = envNameProblem(name);
+      if (problem !== undefined) {
+        throw new RangeError(
+          invalid(`env[${JSON.stringify(name)}]`, problem, name),
+        );
+      }
       if (typeof value !== "string") {
         throw new TypeError(invalid(`env.${name}`, "a string", value));
       }

@@ -454,13 +454,13 @@ function resolveScope(
       return entry.includes("/") || entry.startsWith("file:")
         ? resolvePath(entry, cwd, at)
         : entry;
-    case "net":
-      if (entry.includes("://") || entry.includes("/") || /\s/.test(entry)) {
-        fail('a host with an optional port (e.g. "example.com:443")');
-      }
+    case "net": {
+      const problem = netScopeProblem(entry);
+      if (problem !== undefined) fail(problem);
       return entry;
+    }
     case "env":
-      if (entry.includes("=") || /\s/.test(entry)) {
+      if (envNameProblem(entry) !== undefined || /\s/.test(entry)) {
         fail("a variable name");
       }
       return entry;
@@ -470,6 +470,75 @@ function resolveScope(
       }
       return entry;
   }
+}
+
+/**
+ * What is wrong with an environment variable name, or `undefined` when it
+ * is one both runtimes and the sandbox can pass: not empty, without `=` or
+ * NUL. The one check for `env`, `inheritEnv` and `permissions.env`.
+ *
+ * @param name The name.
+ * @returns The expectation it fails, or `undefined`.
+ *
+ * @example
+ * ```ts
+ * import { envNameProblem } from "./permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(envNameProblem("DB_URL"), undefined);
+ * assert.equal(typeof envNameProblem("A=B"), "string");
+ * assert.equal(typeof envNameProblem(""), "string");
+ * ```
+ */
+export function envNameProblem(name: string): string | undefined {
+  if (name === "") return "a non-empty variable name";
+  if (name.includes("=")) return 'a variable name without "="';
+  if (name.includes("\0")) return "a variable name without NUL characters";
+  return undefined;
+}
+
+const LABEL = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * What is wrong with a `net` scope, or `undefined` when Deno accepts it
+ * (and the sandbox, which cannot filter by host, honours it as any grant):
+ * a host name (optionally `*.`-prefixed), an IPv4 address or a bracketed
+ * IPv6 address, with an optional port from 0 to 65535, or `:port` alone.
+ * `"*"` is not a host: every host is `net: true`.
+ *
+ * @param scope The scope.
+ * @returns The expectation it fails, or `undefined`.
+ *
+ * @example
+ * ```ts
+ * import { netScopeProblem } from "./permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(netScopeProblem("db.internal:5432"), undefined);
+ * assert.equal(netScopeProblem("[::1]:8080"), undefined);
+ * assert.equal(typeof netScopeProblem("*"), "string");
+ * assert.equal(typeof netScopeProblem("host:99999"), "string");
+ * ```
+ */
+export function netScopeProblem(scope: string): string | undefined {
+  const expected = 'a host with an optional port (e.g. "example.com:443")';
+  if (scope === "*") {
+    return 'a host ("*" is not one: grant net: true for every host)';
+  }
+  const match = /^(\[[0-9A-Fa-f:.]+\]|[^:[\]]*)(?::(\d+))?$/.exec(scope);
+  if (!match) return expected;
+  const host = match[1] ?? "";
+  const port = match[2];
+  if (port !== undefined && (port.length > 5 || Number(port) > 65535)) {
+    return "a port from 0 to 65535";
+  }
+  if (host.startsWith("[")) return host.includes(":") ? undefined : expected;
+  if (host === "") return port === undefined ? expected : undefined;
+  const name = host.startsWith("*.") ? host.slice(2) : host;
+  const labels = name.endsWith(".")
+    ? name.slice(0, -1).split(".")
+    : name.split(".");
+  return labels.every((label) => LABEL.test(label)) ? undefined : expected;
 }
 
 function resolvePath(entry: string, cwd: string, at: string): string {

@@ -14,7 +14,7 @@
 
 import { isAbsolute } from "../node_builtins.ts";
 import type { ResolvedPermissions, ResolvedScopes } from "../permissions.ts";
-import { isGranted } from "../permissions.ts";
+import { envNameProblem, isGranted } from "../permissions.ts";
 import { covers, depth, minimal, normalizePath } from "./_paths.ts";
 
 /**
@@ -293,7 +293,7 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     "--clearenv",
   ];
   for (const [name, value] of Object.entries(options.env)) {
-    if (name === "" || name.includes("=") || name.includes("\0")) {
+    if (envNameProblem(name) !== undefined) {
       throw new RangeError(
         `Invalid environment variable name for the sandbox: ${
           JSON.stringify(name)

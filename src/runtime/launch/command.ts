@@ -259,7 +259,9 @@ function innerCommand(
       main: denoMainModule(entry, moduleUrl, input.label, parentWatchdog),
     });
   } else {
-    argv = [binary, fileURLToPath(entry), moduleUrl.href];
+    // --no-env-file: Bun would load the project's .env into process.env;
+    // the worker's environment is exactly `env` (and `inheritEnv`).
+    argv = [binary, "--no-env-file", fileURLToPath(entry), moduleUrl.href];
     if (parentWatchdog) argv.push("--parent-watchdog");
   }
   const codeMounts = (): string[] =>

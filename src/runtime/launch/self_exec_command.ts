@@ -162,7 +162,14 @@ export function selfExecCommand(
   }
   const mainPath = bunMain();
   const readOnly = codeMounts(input, entry, parentEnv, [mainPath, modulePath]);
-  return { argv: [binary, mainPath], binary, mode, compiledDeno, readOnly };
+  // --no-env-file: the environment is exactly `env`, never the project's .env.
+  return {
+    argv: [binary, "--no-env-file", mainPath],
+    binary,
+    mode,
+    compiledDeno,
+    readOnly,
+  };
 }
 
 /**
