@@ -506,17 +506,18 @@ async function consume(
   worker: RawWorker,
   id: number,
 ): Promise<{ values: unknown[]; last: Message }> {
-  let credited = 0;
+  // Messages already credited (a set: an index lookup per message made this
+  // cubic in the number of batches).
+  const credited = new Set<Message>();
   while (true) {
     const last = await worker.next(
       (m) =>
-        (m.type === "items" && m.id === id &&
-          worker.messages.indexOf(m) >= credited) ||
+        (m.type === "items" && m.id === id && !credited.has(m)) ||
         isStreamEnd(id)(m),
       `the stream of call ${id}`,
     );
     if (last.type !== "items") return { values: streamed(worker, id), last };
-    credited = worker.messages.indexOf(last) + 1;
+    credited.add(last);
     worker.send({
       type: "credit",
       id,
