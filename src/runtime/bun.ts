@@ -1,6 +1,6 @@
 /**
- * The Bun adapter: `node:child_process` for spawning (its pipes can be
- * unreferenced), `Bun.stdin` / `Bun.stdout` for serving. Bun's native members are typed here as local structural
+ * The Bun adapter: `Bun.spawn` for spawning, `Bun.stdin` / `Bun.stdout` for
+ * serving. Bun's native members are typed here as local structural
  * declarations, so the rest of the code needs no ambient Bun types.
  *
  * @module
@@ -22,7 +22,16 @@ interface BunFileSink {
 }
 
 interface BunSubprocess {
+  readonly pid: number;
+  readonly stdin: BunFileSink;
+  readonly stdout: ReadableStream<Uint8Array>;
+  readonly stderr: ReadableStream<Uint8Array>;
+  readonly exited: Promise<number>;
+  readonly exitCode: number | null;
+  readonly signalCode: string | null;
   kill(signal?: string | number): void;
+  ref(): void;
+  unref(): void;
 }
 
 interface BunGlobal {
@@ -32,9 +41,9 @@ interface BunGlobal {
     options: {
       env: Record<string, string>;
       cwd: string;
-      stdin: "ignore";
-      stdout: "ignore";
-      stderr: "ignore";
+      stdin: "pipe";
+      stdout: "pipe";
+      stderr: "pipe";
       detached: boolean;
     },
   ): BunSubprocess;
@@ -133,208 +142,189 @@ function sinkWriter(
   return serialWriter((chunk) => writeToSink(sink, chunk));
 }
 
-/** The members of a Node `Readable` (a child's stdout or stderr) used here. */
-interface NodeReadable {
-  on(event: "data", listener: (chunk: Uint8Array) => void): void;
-  once(event: "end", listener: () => void): void;
-  once(event: "error", listener: (error: unknown) => void): void;
-  pause(): void;
-  resume(): void;
-  destroy(): void;
-  ref(): void;
-  unref(): void;
-}
-
-/** The members of a Node `Writable` (a child's stdin) used here. */
-interface NodeWritable {
-  write(chunk: Uint8Array, callback: (error?: unknown) => void): boolean;
-  end(): void;
-  on(event: "error", listener: (error: unknown) => void): void;
-  readonly destroyed: boolean;
-  readonly writableEnded: boolean;
-}
-
-/** The members of a Node `ChildProcess` used here. */
-interface NodeChildProcess {
-  readonly pid: number | undefined;
-  readonly stdin: NodeWritable;
-  readonly stdout: NodeReadable;
-  readonly stderr: NodeReadable;
-  once(
-    event: "exit",
-    listener: (code: number | null, signal: string | null) => void,
-  ): void;
-  once(event: "error", listener: (error: unknown) => void): void;
-  on(event: "error", listener: (error: unknown) => void): void;
-  kill(signal: string): boolean;
-  ref(): void;
-  unref(): void;
-}
-
-interface NodeChildProcessModule {
-  spawn(
-    program: string,
-    args: string[],
-    options: {
-      env: Record<string, string>;
-      cwd: string;
-      stdio: ["pipe", "pipe", "pipe"];
-      detached: boolean;
-    },
-  ): NodeChildProcess;
-}
-
 /**
- * Bun's `node:child_process`, loaded on first spawn (parent side only).
+ * Whether a child's pipes may be read: while it is referenced (a call in
+ * flight, a start, a shutdown), and always once it has exited.
  *
- * Children are spawned through it rather than `Bun.spawn` because its stdio
- * streams can be unreferenced: Bun keeps a pending read on a `Bun.spawn`
- * stream referenced even after `subprocess.unref()`, so a parent holding an
- * idle worker would never exit. Measured against `Bun.spawn` (alternating
- * runs of the benchmark's round-trip and 64-in-flight rows): the same CPU
- * per call on both sides, and the same throughput within noise.
+ * Bun keeps its event loop alive while a read of a `Bun.spawn` pipe is
+ * pending, even after `subprocess.unref()`; only releasing the reader lets a
+ * program whose workers are idle end. So an unreferenced child's pipes are
+ * not read: their readers are released (a pending read rejects, and what it
+ * would have read stays queued in the stream), and reading resumes when the
+ * child is referenced again or exits. A worker that writes more than the
+ * pipe holds while idle waits until then.
  */
-function childProcess(): NodeChildProcessModule {
-  const meta = import.meta as unknown as {
-    require(id: "node:child_process"): NodeChildProcessModule;
+interface ReadGate {
+  /** Whether reads may be pending. */
+  readonly open: boolean;
+  /** Settles when the gate is next open (at once if it is). */
+  opened(): Promise<void>;
+  /** Called when the gate closes: each stream releases its reader. */
+  readonly onClose: Set<() => void>;
+}
+
+/** A gate with the controls its owner needs. */
+interface ReadGateControl extends ReadGate {
+  /** Opens or closes the gate. */
+  set(open: boolean): void;
+}
+
+function readGate(): ReadGateControl {
+  let open = true;
+  let waiters: (() => void)[] = [];
+  const onClose = new Set<() => void>();
+  return {
+    get open(): boolean {
+      return open;
+    },
+    opened(): Promise<void> {
+      if (open) return Promise.resolve();
+      return new Promise<void>((resolve) => waiters.push(resolve));
+    },
+    onClose,
+    set(next: boolean): void {
+      if (next === open) return;
+      open = next;
+      if (open) {
+        const ready = waiters;
+        waiters = [];
+        for (const resolve of ready) resolve();
+      } else {
+        for (const release of onClose) release();
+      }
+    },
   };
-  return meta.require("node:child_process");
 }
 
 /**
- * Bytes a child's stdout or stderr may hold unread before its source is
- * paused (the pipe then fills and the child's writes wait). Pausing and
- * resuming costs a few microseconds each, so it is not done per chunk.
+ * A child's pipe, read through `gate`: the native stream is read only while
+ * the gate is open. Every chunk is handed on as the native stream gave it.
+ *
+ * `getReader()` returns a reader over the native stream itself (one promise
+ * per chunk, as the native reader), which is how the parent reads a worker's
+ * stdout; other ways of reading (iteration, `pipeTo`) go through the stream's
+ * own queue.
  */
-const STDOUT_QUEUE_BYTES = 1024 * 1024;
+class GatedStream extends ReadableStream<Uint8Array> {
+  readonly #native: ReadableStream<Uint8Array>;
+  readonly #gate: ReadGate;
+  #reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  #cancelled = false;
+  #locked = false;
 
-/**
- * A Node `Readable` as a Web stream. Chunks are handed on as they arrive
- * (each its own memory); the source pauses while STDOUT_QUEUE_BYTES wait
- * unread.
- */
-function webStream(readable: NodeReadable): ReadableStream<Uint8Array> {
-  let done = false;
-  return new ReadableStream<Uint8Array>({
-    start(controller) {
-      readable.on("data", (chunk) => {
-        if (done) return;
-        controller.enqueue(chunk);
-        if ((controller.desiredSize ?? 0) <= 0) readable.pause();
-      });
-      readable.once("end", () => {
-        if (done) return;
-        done = true;
-        controller.close();
-      });
-      readable.once("error", (error) => {
-        if (done) return;
-        done = true;
-        controller.error(error);
-      });
-    },
-    pull() {
-      readable.resume();
-    },
-    cancel() {
-      done = true;
-      readable.destroy();
-    },
-  }, {
-    highWaterMark: STDOUT_QUEUE_BYTES,
-    size: (chunk) => chunk.byteLength,
-  });
-}
-
-/**
- * Writes one chunk to a child's stdin. Returns nothing when the stream took
- * it under its high-water mark; otherwise a promise that settles once the
- * chunk is written (rejecting when the pipe broke). A failure reported for
- * an earlier chunk fails every later write.
- */
-function writeToStdin(
-  stdin: NodeWritable,
-  chunk: Uint8Array,
-  state: { failure: unknown },
-): Promise<void> | void {
-  if (state.failure !== undefined) throw state.failure;
-  if (stdin.destroyed || stdin.writableEnded) {
-    throw state.failure = new Error("Cannot write to worker: stdin is closed");
+  constructor(native: ReadableStream<Uint8Array>, gate: ReadGate) {
+    let self: GatedStream | undefined;
+    super({
+      pull: (controller) =>
+        (self as GatedStream).#read().then((result) => {
+          if (result.done) controller.close();
+          else controller.enqueue(result.value);
+        }, (error: unknown) => controller.error(error)),
+      cancel: (reason) => (self as GatedStream).#cancel(reason),
+    }, { highWaterMark: 0 });
+    self = this;
+    this.#native = native;
+    this.#gate = gate;
+    gate.onClose.add(this.#release);
   }
-  let settle: ((error: unknown) => void) | undefined;
-  const taken = stdin.write(chunk, (error) => {
-    if (error) state.failure ??= error;
-    settle?.(error);
-  });
-  if (taken) return;
-  return new Promise<void>((resolve, reject) => {
-    settle = (error) => error ? reject(error) : resolve();
-  });
-}
 
-/**
- * Why a spawn that Bun's `node:child_process` refused failed. It reports
- * such failures (a missing or non-executable program, no free descriptors)
- * only through a later `error` event; the contract is a synchronous throw,
- * so the spawn is repeated with `Bun.spawn`, which throws the same error at
- * once. Should that one start (the program appeared meanwhile), it is
- * killed and a plain error says so.
- */
-function spawnFailure(request: SpawnRequest): Error {
-  try {
-    const probe = bun().spawn([...request.argv], {
-      env: { ...request.env },
-      cwd: request.cwd,
-      stdin: "ignore",
-      stdout: "ignore",
-      stderr: "ignore",
-      detached: true,
+  /** Releases the native reader (the gate closed): a pending read rejects. */
+  #release = (): void => {
+    const current = this.#reader;
+    this.#reader = undefined;
+    current?.releaseLock();
+  };
+
+  #read(): Promise<ReadableStreamReadResult<Uint8Array>> {
+    if (this.#cancelled) {
+      return Promise.resolve(
+        { done: true } as ReadableStreamReadResult<Uint8Array>,
+      );
+    }
+    if (!this.#gate.open) return this.#gate.opened().then(() => this.#read());
+    const current = this.#reader ??= this.#native.getReader();
+    return current.read().then((result) => {
+      if (result.done) this.#gate.onClose.delete(this.#release);
+      return result;
+    }, (error: unknown) => {
+      // Released by the gate: read again once it opens.
+      if (current !== this.#reader && !this.#cancelled) return this.#read();
+      this.#gate.onClose.delete(this.#release);
+      throw error;
     });
-    probe.kill("SIGKILL");
-  } catch (error: unknown) {
-    return error instanceof Error ? error : new Error(String(error));
   }
-  return new Error("the program could not be started");
+
+  #cancel(reason: unknown): Promise<void> {
+    this.#cancelled = true;
+    this.#gate.onClose.delete(this.#release);
+    const current = this.#reader;
+    this.#reader = undefined;
+    return current ? current.cancel(reason) : this.#native.cancel(reason);
+  }
+
+  /**
+   * A reader over the native pipe (not a byte stream: a BYOB reader is
+   * refused, as for any default stream). Its `closed` never settles.
+   */
+  // The overloads of getReader() cannot be restated for an override.
+  // deno-lint-ignore no-explicit-any
+  override getReader(options?: { mode?: string }): any {
+    if (options?.mode === "byob") {
+      throw new TypeError("Cannot read a child's pipe with a BYOB reader");
+    }
+    if (this.#locked) throw new TypeError("The stream is locked");
+    this.#locked = true;
+    const reader: ReadableStreamDefaultReader<Uint8Array> = {
+      read: () => this.#read(),
+      cancel: (reason?: unknown) => this.#cancel(reason),
+      releaseLock: () => {
+        this.#locked = false;
+      },
+      closed: new Promise<undefined>(() => {}),
+    };
+    return reader;
+  }
 }
 
 function spawnBun(request: SpawnRequest): ChildHandle {
-  const [program, ...args] = request.argv;
-  if (program === undefined) throw new TypeError("Cannot spawn: empty argv");
-  const child = childProcess().spawn(program, args, {
+  const child = bun().spawn([...request.argv], {
     env: { ...request.env },
     cwd: request.cwd,
-    stdio: ["pipe", "pipe", "pipe"],
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "pipe",
     detached: true,
   });
-  // Errors arrive as events; the exit status and stdin writes report them.
-  child.on("error", () => {});
   const pid = child.pid;
-  if (pid === undefined) throw spawnFailure(request);
-  const stdinState: { failure: unknown } = { failure: undefined };
-  child.stdin.on("error", (error) => {
-    stdinState.failure ??= error;
-  });
-  const exited = new Promise<ExitStatus>((resolve) => {
-    child.once("exit", (code, signal) => {
-      resolve({ code: signal ? null : code, signal: signal ?? null });
-    });
+  const gate = readGate();
+  let gone = false;
+  const exited: Promise<ExitStatus> = child.exited.then(
+    () => ({
+      code: child.signalCode ? null : child.exitCode,
+      signal: child.signalCode ?? null,
+    }),
+    () => ({ code: null, signal: null }),
+  ).then((status) => {
+    // What it wrote before exiting is read to the end, referenced or not.
+    gone = true;
+    gate.set(true);
+    return status;
   });
   let stdinOpen = true;
   let referenced = true;
-  const stdin = child.stdin;
-  const stdout = child.stdout;
-  const stderr = child.stderr;
+  const write = sinkWriter(child.stdin);
   return {
     pid,
-    stdout: webStream(stdout),
-    stderr: webStream(stderr),
+    stdout: new GatedStream(child.stdout, gate),
+    stderr: new GatedStream(child.stderr, gate),
     exited,
-    write: serialWriter((chunk) => writeToStdin(stdin, chunk, stdinState)),
+    write,
     closeStdin() {
       if (!stdinOpen) return;
       stdinOpen = false;
       try {
-        stdin.end();
+        const ended = child.stdin.end();
+        if (ended instanceof Promise) ended.catch(() => {});
       } catch {
         // Already closed.
       }
@@ -352,18 +342,11 @@ function spawnBun(request: SpawnRequest): ChildHandle {
     },
     setRef(ref) {
       // Called on every send and answer: only a change reaches the runtime.
-      // The process and both read pipes each hold the event loop.
       if (ref === referenced) return;
       referenced = ref;
-      if (ref) {
-        child.ref();
-        stdout.ref();
-        stderr.ref();
-      } else {
-        child.unref();
-        stdout.unref();
-        stderr.unref();
-      }
+      if (ref) child.ref();
+      else child.unref();
+      if (!gone) gate.set(ref);
     },
   };
 }

@@ -61,6 +61,55 @@ describe("RuntimeAdapter.spawn()", () => {
     }
   });
 
+  test("spawn() output written while the child is unreferenced is read once referenced, and to the end after exit", async () => {
+    const child = spawnCat();
+    try {
+      const reader = child.stdout.getReader();
+      const decoder = new TextDecoder();
+      const first = reader.read();
+      child.setRef(false);
+      // (The deadlines' timers keep this test's event loop alive meanwhile.)
+      await within(
+        child.write([new TextEncoder().encode("idle")]),
+        30_000,
+        "write",
+      );
+      child.setRef(true);
+      let text = "";
+      const chunk = await within(first, 30_000, "output written while idle");
+      text += decoder.decode(chunk.value);
+      while (text.length < 4) {
+        text += decoder.decode((await reader.read()).value);
+      }
+      assert.equal(text, "idle");
+      // Unreferenced again: what the child writes before exiting is still
+      // read to its end once it has exited.
+      child.setRef(false);
+      await within(
+        child.write([new TextEncoder().encode("last")]),
+        30_000,
+        "write",
+      );
+      child.closeStdin();
+      let rest = "";
+      while (true) {
+        const { value, done } = await within(reader.read(), 30_000, "rest");
+        if (done) break;
+        rest += decoder.decode(value);
+      }
+      assert.equal(rest, "last");
+      child.stderr.cancel().catch(() => {});
+      assert.deepEqual(await within(child.exited, 30_000, "exit"), {
+        code: 0,
+        signal: null,
+      });
+    } finally {
+      child.kill("SIGKILL");
+      child.setRef(true);
+      await child.exited;
+    }
+  });
+
   test("spawn() exit status names the signal that ended the child", async () => {
     const child = spawnCat();
     child.stdout.cancel().catch(() => {});
