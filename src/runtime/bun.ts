@@ -213,16 +213,17 @@ class GatedStream extends ReadableStream<Uint8Array> {
   #locked = false;
 
   constructor(native: ReadableStream<Uint8Array>, gate: ReadGate) {
-    let self: GatedStream | undefined;
+    // The source's callbacks run after construction, when `self` is set.
+    const box: { self?: GatedStream } = {};
     super({
       pull: (controller) =>
-        (self as GatedStream).#read().then((result) => {
+        (box.self as GatedStream).#read().then((result) => {
           if (result.done) controller.close();
           else controller.enqueue(result.value);
         }, (error: unknown) => controller.error(error)),
-      cancel: (reason) => (self as GatedStream).#cancel(reason),
+      cancel: (reason) => (box.self as GatedStream).#cancel(reason),
     }, { highWaterMark: 0 });
-    self = this;
+    box.self = this;
     this.#native = native;
     this.#gate = gate;
     gate.onClose.add(this.#release);
