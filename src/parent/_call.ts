@@ -7,6 +7,7 @@
 
 import { WorkerTimeoutError } from "../errors.ts";
 import { encodeMessage } from "../protocol/messages.ts";
+import { describe } from "../_validate.ts";
 import type { CallRecord } from "./connection.ts";
 import type { CallOptions } from "./options.ts";
 import {
@@ -64,12 +65,14 @@ export function createCall(
 ): PendingCall {
   if (typeof op !== "string" || op === "") {
     throw new TypeError(
-      `Invalid op: expected a non-empty string, received ${String(op)}`,
+      `Invalid op: expected a non-empty string, received ${describe(op)}`,
     );
   }
   if (!Array.isArray(args)) {
     throw new TypeError(
-      `Invalid args of call "${op}": expected an array, received ${typeof args}`,
+      `Invalid args of call "${op}": expected an array, received ${
+        describe(args)
+      }`,
     );
   }
   const id = nextId++;

@@ -173,6 +173,30 @@ describe("pool() cancellation and close", needsWorkers(), () => {
     assert.ok((await running.catch((e) => e)) instanceof SessionClosedError);
   });
 
+  test("pool() refuses a hostile op name or args with a TypeError, touching nothing of them", async () => {
+    await using p = pool(worker, captureLog());
+    const hostile = {
+      toString() {
+        throw new Error("called toString");
+      },
+    };
+    for (
+      const [op, args, shown] of [
+        [hostile, [], /received an object/],
+        [Symbol("op"), [], /received Symbol\(op\)/],
+        ["add", hostile, /expected an array, received an object/],
+      ] as const
+    ) {
+      const error = await p.call(op as never, args as never).then(
+        () => undefined,
+        (e) => e,
+      );
+      assert.ok(error instanceof TypeError, String(error));
+      assert.match(error.message, shown);
+    }
+    assert.equal(p.stats().workers + p.stats().starting, 0);
+  });
+
   test("pool() refuses invalid pool options before anything spawns", () => {
     assert.throws(() => pool(worker, { max: 0 }), RangeError);
     assert.throws(() => pool(worker, { max: 2, min: 3 }), /min/);
