@@ -91,22 +91,24 @@ function cached(
   return found.get(key) ?? undefined;
 }
 
-function spawnDenied(label: string): LookupDenied {
+/**
+ * What a lookup that cannot be made, or a binary that is refused, becomes:
+ * a `PermissionError` naming the program, the cause and the fix. Never "not
+ * found": a parent that may not look must not start a worker with less
+ * confinement or another binary than it would otherwise.
+ */
+function lookupDenied(
+  label: string,
+  program: string,
+  permission: "runtime" | "sandbox",
+): LookupDenied {
   return (detail, cause) => {
-    throw new WorkerStartError({
-      module: label,
-      failure: "spawn",
-      detail,
-      cause,
-    });
-  };
-}
-
-function sandboxDenied(label: string): LookupDenied {
-  return (detail, cause) => {
+    const fix = cause === undefined
+      ? ""
+      : "; give the parent read access to the directories on PATH and to node_modules/.bin (Deno: --allow-read)";
     throw new PermissionError(
-      `cannot look up bubblewrap: ${detail}; give the parent read access to PATH's directories (Deno: --allow-read) or use sandbox "none" where that is acceptable`,
-      { module: label, permission: "sandbox", cause },
+      `cannot look up ${program}: ${detail}${fix}`,
+      { module: label, permission, ...(cause === undefined ? {} : { cause }) },
     );
   };
 }
@@ -117,7 +119,7 @@ function runtimeBinary(
   adapter: RuntimeAdapter,
   input: WorkerCommandInput,
 ): string {
-  const denied = spawnDenied(input.label);
+  const denied = lookupDenied(input.label, `the ${runtime} binary`, "runtime");
   if (runtime === adapter.name) {
     return cached(
       `self:${runtime}`,
@@ -201,7 +203,11 @@ function innerCommand(
       program,
       input.cwd,
       env.PATH ?? adapter.env("PATH") ?? DEFAULT_PATH,
-      spawnDenied(input.label),
+      lookupDenied(
+        input.label,
+        `the command's program "${program}"`,
+        "runtime",
+      ),
     );
     if ("missing" in resolved) {
       throw new WorkerStartError({
@@ -396,7 +402,11 @@ function sandboxWrappers(
   if (input.launcher.length > 0) return [];
   const needsLookup = !input.permissions.all && input.sandbox !== "none";
   let bwrap = needsLookup
-    ? linuxTool("bwrap", adapter, sandboxDenied(input.label))
+    ? linuxTool(
+      "bwrap",
+      adapter,
+      lookupDenied(input.label, 'bubblewrap ("bwrap")', "sandbox"),
+    )
     : undefined;
   // Installed is not enough: user namespaces may be forbidden here.
   const usability = bwrap === undefined ? undefined : bwrapUsable(bwrap);
@@ -555,7 +565,11 @@ export function buildWorkerCommand(
   const local = input.launcher.length === 0;
   // AIRLOCK_NO_PDEATHSIG=1 (tests): run as on a system without setpriv.
   const setpriv = local && adapter.env("AIRLOCK_NO_PDEATHSIG") !== "1"
-    ? linuxTool("setpriv", adapter, spawnDenied(input.label))
+    ? linuxTool(
+      "setpriv",
+      adapter,
+      lookupDenied(input.label, "setpriv (the parent-death guard)", "sandbox"),
+    )
     : undefined;
   // Without a parent-death signal the worker watches its parent itself.
   const parentWatchdog = !local || setpriv === undefined;
