@@ -250,3 +250,41 @@ export class WorkerLog {
     }
   }
 }
+
+/** Characters of log text the default sink holds before it writes at once. */
+const SINK_FLUSH_CHARS = 1024 * 1024;
+
+/**
+ * The default log sink: each line prefixed with the module and pid
+ * (`[db.ts 4242] …`), its terminal controls escaped
+ * ({@linkcode escapeLogLine}). The lines of one chunk of output are written
+ * together, in one write after the chunk (or once a megabyte is held): a
+ * write per line cost ~6.5 µs, so a worker printing 4 MiB of empty lines
+ * held the parent's event loop for 27 s.
+ *
+ * @param write Writes text to the parent's stderr, synchronously.
+ * @returns The sink.
+ */
+export function defaultLogSink(write: (text: string) => void): LogSink {
+  let held: string[] = [];
+  let chars = 0;
+  let scheduled = false;
+  const flush = (): void => {
+    scheduled = false;
+    if (held.length === 0) return;
+    const text = held.join("");
+    held = [];
+    chars = 0;
+    write(text);
+  };
+  return (line, source) => {
+    const text = `[${source.module} ${source.pid}] ${escapeLogLine(line)}\n`;
+    held.push(text);
+    chars += text.length;
+    if (chars >= SINK_FLUSH_CHARS) flush();
+    else if (!scheduled) {
+      scheduled = true;
+      queueMicrotask(flush);
+    }
+  };
+}

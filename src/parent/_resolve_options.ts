@@ -18,9 +18,8 @@ import {
   statSync,
 } from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
-import type { LogSink } from "./connection.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
-import { escapeLogLine } from "./_log.ts";
+import { defaultLogSink } from "./_log.ts";
 import { envNameProblem, resolvePermissions } from "../runtime/permissions.ts";
 import { isEmbeddedPath } from "../runtime/self_exec.ts";
 import {
@@ -96,14 +95,6 @@ export function resolveModule(module: unknown, cwd: string): URL {
     }
   }
   return url;
-}
-
-function defaultLogSink(adapter: RuntimeAdapter): LogSink {
-  return (line, source) => {
-    adapter.writeStderr(
-      `[${source.module} ${source.pid}] ${escapeLogLine(line)}\n`,
-    );
-  };
 }
 
 function resolveEnv(
@@ -275,7 +266,7 @@ export function resolveWorkerOptions(
       (options as SessionOptions).closeTimeoutMs,
       DEFAULTS.closeTimeoutMs,
     ),
-    onLog: onStderr ?? defaultLogSink(adapter),
+    onLog: onStderr ?? defaultLogSink((text) => adapter.writeStderr(text)),
     maxFrameBytes: wholeNumber(
       "maxFrameBytes",
       options.maxFrameBytes,

@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import process from "node:process";
-import { escapeLogLine } from "../../src/parent/_log.ts";
+import { defaultLogSink, escapeLogLine } from "../../src/parent/_log.ts";
 import { checkNoLeaks, fixture, RUNTIME } from "../_helpers.ts";
 
 checkNoLeaks();
@@ -51,6 +51,24 @@ describe("log escape", () => {
     // Twice in a row: the shared regular expression keeps no state.
     assert.equal(escapeLogLine("\x1b"), "\\x1b");
     assert.equal(escapeLogLine("\x1b"), "\\x1b");
+  });
+
+  test("defaultLogSink() prefixes and escapes each line and writes the lines of one chunk at once", async () => {
+    const writes: string[] = [];
+    const sink = defaultLogSink((text) => writes.push(text));
+    const source = { module: "w.ts", pid: 7, stream: "stderr" as const };
+    sink("one", source);
+    sink("\x1b[2Jtwo\r", source);
+    assert.deepEqual(writes, [], "held until the chunk is done");
+    await Promise.resolve();
+    assert.deepEqual(writes, ["[w.ts 7] one\n[w.ts 7] \\x1b[2Jtwo\\r\n"]);
+    // A flood is written as it goes, a megabyte at a time.
+    const line = "x".repeat(1000);
+    for (let i = 0; i < 3000; i++) sink(line, source);
+    assert.equal(writes.length, 3, "two full megabytes written already");
+    await Promise.resolve();
+    assert.equal(writes.length, 4);
+    assert.equal(writes.join("").split("\n").length - 1, 3002);
   });
 
   test("session() default log sink prints a worker's escape sequences escaped on the parent's stderr", async () => {
