@@ -18,7 +18,14 @@ import { findExecutable } from "../../src/runtime/launch/executable.ts";
 import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { detect } from "../../src/runtime/detect.ts";
-import { checkNoLeaks, fixture, OTHER_RUNTIME, RUNTIME } from "../_helpers.ts";
+import {
+  checkNoLeaks,
+  fixture,
+  needs,
+  needsSandbox,
+  OTHER_RUNTIME,
+  RUNTIME,
+} from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -54,7 +61,7 @@ describe("buildWorkerCommand()", () => {
   test(
     "buildWorkerCommand() wraps a Bun worker in bwrap with the real binary path and maps its exits",
     {
-      skip: !BWRAP && "bubblewrap (bwrap) is not installed",
+      ...needs("bwrap"),
     },
     () => {
       const command = buildWorkerCommand(input({ runtime: "bun" }), adapter);
@@ -144,7 +151,7 @@ describe("starting a worker that cannot run", () => {
   test(
     "oneShot() of the other runtime found through node_modules/.bin runs sandboxed",
     {
-      skip: !BWRAP && "bubblewrap (bwrap) is not installed",
+      ...needsSandbox(),
     },
     async () => {
       const worker = oneShot<

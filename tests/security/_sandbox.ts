@@ -1,13 +1,12 @@
 /**
- * What the security tests share: whether bubblewrap can confine workers
- * here (a test that needs it is skipped with the reason printed), and the
- * hostile worker fixture.
+ * What the security tests of the launch path share: the hostile worker
+ * fixture, and test-kit skips (printed with the reason; with
+ * `AIRLOCK_REQUIRE_TOOLS=1` a missing tool fails instead).
  *
  * @module
  */
 
-import process from "node:process";
-import { findExecutable } from "../../src/runtime/launch/executable.ts";
+import { needs, needsSandbox } from "../_helpers.ts";
 
 /** The hostile worker fixture. */
 export const HOSTILE: URL = new URL(
@@ -15,27 +14,22 @@ export const HOSTILE: URL = new URL(
   import.meta.url,
 );
 
-function refuse(detail: string): never {
-  throw new Error(detail);
+/**
+ * The skip of tests that need the OS sandbox (bubblewrap, or Landlock alone),
+ * or `false`. Call at registration time.
+ *
+ * @returns The reason, or `false`.
+ */
+export function sandboxSkip(): string | false {
+  return needsSandbox().skip ?? false;
 }
 
 /**
- * Why the OS sandbox tests cannot run here, or `false` when they can. The
- * reason is printed once per file.
+ * The skip of tests that need bubblewrap itself (its pid namespace), or
+ * `false`. Call at registration time.
  *
- * @param file The test file's name, for the message.
- * @returns The skip reason, or `false`.
+ * @returns The reason, or `false`.
  */
-export function sandboxSkip(file: string): string | false {
-  let reason: string | false = false;
-  if (process.platform !== "linux") {
-    reason = `the OS sandbox needs Linux, this is ${process.platform}`;
-  } else if (
-    findExecutable("bwrap", { path: process.env.PATH }, refuse) === undefined
-  ) {
-    reason =
-      'bubblewrap ("bwrap") is not installed (install it, e.g. "apt-get install bubblewrap")';
-  }
-  if (reason) process.stderr.write(`${file}: skipping: ${reason}\n`);
-  return reason;
+export function bwrapSkip(): string | false {
+  return needs("bwrap").skip ?? false;
 }

@@ -15,7 +15,7 @@ import type hostile from "../fixtures/security/hostile_worker.ts";
 
 checkNoLeaks();
 
-const SKIP = sandboxSkip("bun_env_file_test");
+const SKIP = sandboxSkip();
 const project = realpathSync(mkdtempSync(join(tmpdir(), "airlock-dotenv-")));
 after(() => rmSync(project, { recursive: true, force: true }));
 writeFileSync(join(project, ".env"), "DB_PASSWORD=hunter2\n");

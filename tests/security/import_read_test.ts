@@ -17,7 +17,7 @@ import type hostile from "../fixtures/security/hostile_worker.ts";
 
 checkNoLeaks();
 
-const SKIP = sandboxSkip("import_read_test");
+const SKIP = sandboxSkip();
 const secrets = realpathSync(mkdtempSync(join(tmpdir(), "airlock-import-")));
 after(() => rmSync(secrets, { recursive: true, force: true }));
 const json = join(secrets, "secret.json");

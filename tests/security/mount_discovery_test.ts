@@ -26,7 +26,7 @@ import type hostile from "../fixtures/security/hostile_worker.ts";
 
 checkNoLeaks();
 
-const SKIP = sandboxSkip("mount_discovery_test");
+const SKIP = sandboxSkip();
 const scratch = realpathSync(mkdtempSync(join(tmpdir(), "airlock-mounts-")));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 const REPO = realpathSync(new URL("../../", import.meta.url));

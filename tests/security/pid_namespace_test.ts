@@ -10,12 +10,12 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { type PermissionsOption, session } from "../../mod.ts";
 import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
-import { HOSTILE, sandboxSkip } from "./_sandbox.ts";
+import { bwrapSkip, HOSTILE } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 
 checkNoLeaks();
 
-const SKIP = sandboxSkip("pid_namespace_test");
+const SKIP = bwrapSkip();
 // Deno needs a run grant for process.kill: the worst case of the report.
 const PERMISSIONS: PermissionsOption = RUNTIME === "deno" ? { run: true } : {};
 

@@ -20,7 +20,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import process from "node:process";
 import { sandboxSkip } from "./_sandbox.ts";
 
-const SKIP = sandboxSkip("probe_fail_closed_test");
+const SKIP = sandboxSkip();
 const REPO = realpathSync(fileURLToPath(new URL("../../", import.meta.url)));
 const DENO = realpathSync(join(REPO, "node_modules", ".bin", "deno"));
 const PARENT = fileURLToPath(

@@ -24,7 +24,7 @@ import type hostile from "../fixtures/security/hostile_worker.ts";
 
 checkNoLeaks();
 
-const SKIP = sandboxSkip("symlink_test");
+const SKIP = sandboxSkip();
 const scratch = realpathSync(mkdtempSync(join(tmpdir(), "airlock-links-")));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 const secretDir = join(scratch, "secret");

@@ -15,7 +15,7 @@ import type hostile from "../fixtures/security/hostile_worker.ts";
 
 checkNoLeaks();
 
-const SKIP = sandboxSkip("web_storage_test");
+const SKIP = sandboxSkip();
 
 function denoDir(): string | undefined {
   if (process.env.DENO_DIR) return process.env.DENO_DIR;
