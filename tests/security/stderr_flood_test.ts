@@ -81,4 +81,27 @@ describe("stderr flood", () => {
     assert.ok(longest <= MAX_LOG_LINE_CHARS, `a line of ${longest} characters`);
     assert.equal(s.stats().restarts, 0);
   });
+
+  test("session() logs 8 MiB of stray stdout without a newline in bounded lines, and the frame stream survives", async () => {
+    const total = 8 * MiB;
+    let chars = 0;
+    let longest = 0;
+    await using s = await session(rogue, {
+      callTimeoutMs: 120_000,
+      onStderr: (line, source) => {
+        if (source.stream !== "stdout") return;
+        chars += line.length;
+        if (line.length > longest) longest = line.length;
+      },
+    });
+    assert.equal(await s.call("stderr", [total, "y", 64 * 1024, 1]), total);
+    assert.equal(await s.call("ok", []), "ok");
+    await until(
+      () => chars >= total - MAX_LOG_LINE_CHARS,
+      60_000,
+      `the log received ${total} characters of stray stdout (has ${chars})`,
+    );
+    assert.ok(longest <= MAX_LOG_LINE_CHARS, `a line of ${longest} characters`);
+    assert.equal(s.stats().restarts, 0);
+  });
 });
