@@ -108,7 +108,10 @@ describe("chaos", needsWorkers(), () => {
       try {
         report = await within(
           runChaos({
-            call: (op, args, options) => s.call(op, args, options),
+            call: (op, args, options) => {
+              servingPids(s); // notes a new worker as soon as calls reach it
+              return s.call(op, args, options);
+            },
             pids: () => servingPids(s),
             disrupt: () => s.restart(),
           }, chaosOptions(dir)),
