@@ -817,6 +817,12 @@ function decodeTag(tag: number, depth: number): unknown {
 function readNumberItem(): number {
   if (at >= end) throw truncated();
   const initial = data[at]!;
+  if (initial === 0xfb && at + 9 <= end) {
+    // The float64 every writer of this protocol uses.
+    const n = dataView.getFloat64(at + 1);
+    at += 9;
+    return n;
+  }
   const major = initial >> 5;
   const info = initial & 31;
   if (major <= 1 || (major === 7 && info >= 25 && info <= 27)) {
