@@ -107,6 +107,8 @@ let attachmentBytes = 0;
 /** The errors being encoded, outermost first (for cause chains and cycles). */
 let errorStack: object[] = [];
 let busy = false;
+/** Whether Object.prototype has no enumerable property (for…in is exact). */
+let prototypeClean = true;
 
 /**
  * Encodes a value (usually a message object) as a CBOR head plus the binary
@@ -167,6 +169,11 @@ export function encodeValue(
   attachments = [];
   attachmentBytes = 0;
   errorStack = [];
+  prototypeClean = true;
+  for (const _ in Object.prototype) {
+    prototypeClean = false;
+    break;
+  }
   try {
     encodeAny(value, 1);
     return { head: buf.slice(0, pos), attachments, attachmentBytes };
@@ -454,6 +461,34 @@ function encodeArray(v: unknown[], depth: number): void {
 }
 
 function encodePlainObject(v: Record<string, unknown>, depth: number): void {
+  if (prototypeClean) {
+    // for…in needs no array of keys (Object.keys made one per object, a
+    // fifth of encoding rows on Deno); it is exact for a plain object while
+    // Object.prototype has no enumerable property. Up to 23 keys the head is
+    // one byte, written once the entries are: a key deleted by a getter
+    // meanwhile is skipped, never counted.
+    let n = 0;
+    for (const _ in v) if (++n === 24) break;
+    if (n < 24) {
+      if (pos + 1 > buf.length) grow(1);
+      const headAt = pos++;
+      const inner = depth + 1;
+      let count = 0;
+      let current = "";
+      try {
+        for (const key in v) {
+          current = key;
+          writeString(key);
+          encodeAny(v[key], inner);
+          count++;
+        }
+      } catch (error: unknown) {
+        throw prependPath(error, keySegment(current));
+      }
+      buf[headAt] = 0xa0 | count;
+      return;
+    }
+  }
   const keys = Object.keys(v);
   const n = keys.length;
   writeHead(5, n);

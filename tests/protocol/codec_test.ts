@@ -1122,6 +1122,44 @@ describe("decodeValue() malformed input", () => {
   });
 });
 
+describe("encodeValue() plain objects", () => {
+  test("encodeValue() sends only own keys while Object.prototype has an enumerable property", () => {
+    const proto = Object.prototype as Record<string, unknown>;
+    proto.polluted = "inherited";
+    try {
+      const decoded = roundTrip({ a: 1, b: { c: 2 } });
+      assertSame(decoded, { a: 1, b: { c: 2 } });
+    } finally {
+      delete proto.polluted;
+    }
+  });
+
+  test("encodeValue() writes a valid head when a getter deletes a key not yet sent", () => {
+    const value: Record<string, unknown> = {
+      get a() {
+        delete value.b;
+        return 1;
+      },
+      b: 2,
+      c: 3,
+    };
+    const decoded = roundTrip(value) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(decoded), ["a", "c"]);
+    assert.equal(decoded.a, 1);
+    assert.equal(decoded.c, 3);
+  });
+
+  test("encodeValue() writes objects of 23, 24 and 300 keys in order", () => {
+    for (const n of [23, 24, 300]) {
+      const value: Record<string, unknown> = Object.fromEntries(
+        Array.from({ length: n }, (_, i) => [`k${n - i}`, i]),
+      );
+      value["7"] = "index keys come first";
+      assertSame(roundTrip(value), value);
+    }
+  });
+});
+
 describe("decodeValue() objects of a repeated shape", () => {
   test("decodeValue() builds rows of the same keys exactly, across decodes and after a key differs", () => {
     const rows = [
