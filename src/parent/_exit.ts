@@ -11,6 +11,7 @@ import {
   WorkerCrashedError,
   WorkerStartError,
 } from "../errors.ts";
+import { accessHint, type HintContext } from "./_hints.ts";
 
 /** How a connection ended. */
 export interface ConnectionExit {
@@ -107,6 +108,8 @@ export function crashError(
  * @param exit How the process ended.
  * @param fatal What the worker reported before dying, if anything.
  * @param truncated A frame cut short, if any.
+ * @param grants The worker's grants: a module that failed on a denied
+ * access at import gets the hint naming the grant.
  * @returns The error.
  */
 export function startError(
@@ -115,6 +118,7 @@ export function startError(
   exit: ConnectionExit,
   fatal: StartFatal | undefined,
   truncated: Truncation | undefined,
+  grants?: HintContext,
 ): WorkerStartError {
   const base = {
     module,
@@ -128,11 +132,14 @@ export function startError(
     const error = fatal.error;
     const name = text(() => error.name) ?? "Error";
     const message = text(() => error.message) ?? "";
+    const hint = grants && accessHint(error, grants);
     return new WorkerStartError({
       ...base,
       failure: fatal.phase,
       detail: fatal.phase === "import"
-        ? `the module threw during import: ${name}: ${message}`
+        ? `the module threw during import: ${name}: ${message}${
+          hint ? ` (hint: ${hint})` : ""
+        }`
         : `invalid worker definition: ${message}`,
       remoteMessage: message,
       remoteStack: text(() => error.stack),

@@ -158,7 +158,9 @@ export async function launchWorker(
               failure: "setup",
               pid: conn.pid,
               detail:
-                `setup call "${op}" failed: ${error.name}: ${error.message}`,
+                `setup call "${op}" failed: ${error.name}: ${error.message}${
+                  error.hint ? ` (hint: ${error.hint})` : ""
+                }`,
               stderrTail: conn.stderrTail,
               cause: error,
             });

@@ -674,6 +674,7 @@ export class Connection {
           exit,
           this.#fatal,
           this.#truncated,
+          this.#hintContext(),
         ),
       );
     }

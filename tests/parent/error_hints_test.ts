@@ -322,6 +322,37 @@ describe("error hints", () => {
     );
   });
 
+  test(
+    `session() on ${RUNTIME}: a module that fails a denied access at import, or in a setup call, names the grant in its start error`,
+    needsWorkers(),
+    async () => {
+      const atImport = await rejection(
+        session(fixture("import_denied_worker.ts"), {
+          ...captureLog(),
+          maxRetries: 0,
+        }),
+        WorkerStartError,
+      );
+      assert.equal(atImport.failure, "import");
+      assert.match(
+        atImport.message,
+        /\(hint: .*permissions\.read.*"\/etc\/hostname"/,
+      );
+      const inSetup = await rejection(
+        session(fixture("permissions_worker.ts"), {
+          ...captureLog(),
+          maxRetries: 0,
+          setup: [["read", "/etc/hostname"]],
+        }),
+        WorkerStartError,
+      );
+      assert.equal(inSetup.failure, "setup");
+      assert.match(inSetup.message, /\(hint: .*permissions\.read/);
+      assert.ok(inSetup.cause instanceof RemoteError);
+      assert.match(inSetup.cause.hint ?? "", /permissions\.read/);
+    },
+  );
+
   const python = findPython();
   test(
     "session() of a Python command worker that raises during import shows its traceback once",
