@@ -5,7 +5,9 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import {
+  oneShot,
   pool,
+  RemoteError,
   session,
   WorkerCrashedError,
   WorkerStartError,
@@ -68,6 +70,14 @@ describe("liveWorkers() and assertNoWorkers()", needsWorkers(), () => {
     }
     assert.deepEqual(liveWorkers(), []);
     assertNoWorkers();
+  });
+
+  test("liveWorkers() is empty once a oneShot() call has settled, with a value or an error", async () => {
+    const once = oneShot<typeof behaviour>(worker, captureLog());
+    assert.equal(await once.add(1, 2), 3);
+    assert.deepEqual(liveWorkers(), []);
+    await rejection(once.call("throwCustom", []), RemoteError);
+    assert.deepEqual(liveWorkers(), []);
   });
 
   test("workersGone() waits for exits under way", async () => {
