@@ -29,11 +29,14 @@ export interface BareCommand {
 
 /**
  * The runtime's own command inside a wrapper chain, with the worker swapped
- * for an empty program: `bun <entry.ts> <module> [flags]` becomes
+ * for an empty program: `bun <entry> <module> [flags]` becomes
  * `bun <empty>`; `deno run … data:<entry>` becomes `deno run … data:,`.
  */
 function bareRuntime(argv: readonly string[], empty: string): string[] {
-  const entry = argv.findIndex((arg) => arg.endsWith("/workers/entry.ts"));
+  // workers/entry.ts, or its pre-bundled copy (src/runtime/bun_entry.ts).
+  const entry = argv.findIndex((arg) =>
+    /\/workers\/entry\.[jt]s$|\/bun-entry\/entry-[0-9a-f]+\.js$/.test(arg)
+  );
   if (entry > 0) return [...argv.slice(0, entry), empty];
   const main = argv.findLastIndex((arg) => arg.startsWith("data:"));
   if (main > 0) return [...argv.slice(0, main), EMPTY_DENO_MAIN];

@@ -24,8 +24,23 @@ export interface CustomType<T, D> {
   decode(data: D): T;
 }
 
-const CUSTOM_TYPES: CustomType<unknown, unknown>[] = [];
-const CUSTOM_BY_NAME = new Map<string, CustomType<unknown, unknown>>();
+/** The process's registry of custom types. */
+interface Registry {
+  list: CustomType<unknown, unknown>[];
+  byName: Map<string, CustomType<unknown, unknown>>;
+}
+
+/**
+ * One registry per process, on a `Symbol.for` global: a Bun worker runs
+ * airlock's worker side pre-bundled (its own copy of this module) while the
+ * user's module registers its types through `@airlock/airlock/worker`.
+ */
+const REGISTRY_KEY = Symbol.for("airlock.customTypes");
+const registry: Registry = ((globalThis as Record<symbol, unknown>)[
+  REGISTRY_KEY
+] ??= { list: [], byName: new Map() }) as Registry;
+const CUSTOM_TYPES = registry.list;
+const CUSTOM_BY_NAME = registry.byName;
 
 /**
  * The registered type an object is an instance of, if any.

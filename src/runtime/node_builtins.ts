@@ -70,6 +70,8 @@ export const lstatSync: typeof Fs.lstatSync = lazy(fs, "lstatSync");
 export const mkdirSync: typeof Fs.mkdirSync = lazy(fs, "mkdirSync");
 /** `node:fs` `readlinkSync`. */
 export const readlinkSync: typeof Fs.readlinkSync = lazy(fs, "readlinkSync");
+/** `node:fs` `renameSync`. */
+export const renameSync: typeof Fs.renameSync = lazy(fs, "renameSync");
 /** `node:fs` `rmSync`. */
 export const rmSync: typeof Fs.rmSync = lazy(fs, "rmSync");
 /** `node:fs` `symlinkSync`. */

@@ -22,6 +22,7 @@ import {
   statSync,
 } from "../node_builtins.ts";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
+import { bunEntryBundle } from "../bun_entry.ts";
 import type { RuntimeAdapter, RuntimeName } from "../types.ts";
 import {
   completeDenoEnv,
@@ -250,6 +251,8 @@ function innerCommand(
   if (!moduleUrl) throw new TypeError("Cannot build worker: no module");
   const binary = runtimeBinary(input.runtime, adapter, input);
   let argv: string[];
+  /** The pre-bundled worker entry a Bun worker runs, if any. */
+  let bunBundle: string | undefined;
   if (input.runtime === "deno") {
     const givenEnv = Object.keys(env);
     completeDenoEnv(env, adapter.environment());
@@ -267,7 +270,9 @@ function innerCommand(
   } else {
     // --no-env-file: Bun would load the project's .env into process.env;
     // the worker's environment is exactly `env` (and `inheritEnv`).
-    argv = [binary, "--no-env-file", fileURLToPath(entry), moduleUrl.href];
+    const entryPath = fileURLToPath(entry);
+    bunBundle = bunEntryBundle(binary, entryPath, adapter.environment());
+    argv = [binary, "--no-env-file", bunBundle ?? entryPath, moduleUrl.href];
     if (parentWatchdog) argv.push("--parent-watchdog");
   }
   const codeMounts = (): string[] =>
@@ -281,7 +286,13 @@ function innerCommand(
       env: { ...adapter.environment(), ...env },
     }).readOnly;
   return {
-    step: { argv, env, readOnly: [] },
+    // Bun reads the bundle's directory to resolve it: the directory holds
+    // only bundles of airlock's code.
+    step: {
+      argv,
+      env,
+      readOnly: bunBundle === undefined ? [] : [dirname(bunBundle)],
+    },
     binary,
     runtime: input.runtime,
     codeMounts,
