@@ -66,6 +66,10 @@ export const createHash: typeof Crypto.createHash = lazy(
 );
 /** `node:fs` `lstatSync`. */
 export const lstatSync: typeof Fs.lstatSync = lazy(fs, "lstatSync");
+/** `node:fs` `mkdtempSync`. */
+export const mkdtempSync: typeof Fs.mkdtempSync = lazy(fs, "mkdtempSync");
+/** `node:os` `tmpdir`. */
+export const tmpdir: typeof Os.tmpdir = lazy(os, "tmpdir");
 /** `node:fs` `mkdirSync`. */
 export const mkdirSync: typeof Fs.mkdirSync = lazy(fs, "mkdirSync");
 /** `node:fs` `readlinkSync`. */
@@ -99,6 +103,8 @@ export const basename: typeof Path.basename = lazy(path, "basename");
 export const dirname: typeof Path.dirname = lazy(path, "dirname");
 /** `node:path` `isAbsolute`. */
 export const isAbsolute: typeof Path.isAbsolute = lazy(path, "isAbsolute");
+/** `node:path` `relative`. */
+export const relative: typeof Path.relative = lazy(path, "relative");
 /** `node:path` `join`. */
 export const join: typeof Path.join = lazy(path, "join");
 /** `node:path` `resolve`. */
