@@ -236,11 +236,6 @@ export class Connection {
     return this.#log.tail;
   }
 
-  /** Calls that timed out in a row without an answer in between. */
-  get consecutiveTimeouts(): number {
-    return this.#consecutiveTimeouts;
-  }
-
   /** Resident memory of the worker process in bytes, when it can be read. */
   rssBytes(): number | undefined {
     if (!this.#options.command.local) return undefined;
