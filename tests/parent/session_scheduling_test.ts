@@ -67,7 +67,7 @@ describe("session() calls and crashes (in memory)", () => {
     assert.equal(await s.add(1, 2), 3);
     assert.notEqual(s.pid, before);
     assert.equal(s.pid, rt.children[1]?.pid);
-    assert.equal(s.stats().crashes, 1);
+    assert.equal(s.stats().crashed, 1);
     assert.equal(s.stats().restarts, 1);
   });
 
