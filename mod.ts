@@ -54,6 +54,7 @@ export {
 export type { CallStats, RecycleCounts } from "./src/parent/stats.ts";
 export { type OneShot, oneShot } from "./src/parent/one_shot.ts";
 export type {
+  CallKey,
   CallOptions,
   CloseOptions,
   LogSource,

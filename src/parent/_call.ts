@@ -9,7 +9,7 @@ import { WorkerTimeoutError } from "../errors.ts";
 import { encodeMessage } from "../protocol/messages.ts";
 import { describe } from "../_validate.ts";
 import type { CallRecord } from "./connection.ts";
-import type { CallOptions } from "./options.ts";
+import type { CallKey, CallOptions } from "./options.ts";
 import {
   resolveCallOptions,
   type ResolvedCallOptions,
@@ -28,15 +28,18 @@ export interface PendingCall extends CallRecord {
   readonly pids: number[];
   /** Deadline of the whole call in ms; 0 for none. */
   readonly totalTimeoutMs: number;
+  /** The sticky routing key (pools), if any. */
+  readonly key: CallKey | undefined;
 }
 
 /** What a call record takes from the call's options beyond its deadline. */
 export type CallExtras = Pick<
   ResolvedCallOptions,
-  "totalTimeoutMs" | "onProgress" | "windowItems" | "windowBytes"
+  "totalTimeoutMs" | "onProgress" | "windowItems" | "windowBytes" | "key"
 >;
 
 const NO_EXTRAS: CallExtras = {
+  key: undefined,
   totalTimeoutMs: 0,
   onProgress: undefined,
   windowItems: DEFAULT_WINDOW.items,
@@ -100,6 +103,7 @@ export function createCall(
     attempts: 0,
     pids: [],
     totalTimeoutMs: extras.totalTimeoutMs,
+    key: extras.key,
     onProgress: extras.onProgress,
     windowItems,
     windowBytes,

@@ -95,6 +95,102 @@ export function commandFor(
 }
 
 /**
+ * Replays `setup` on a ready worker. The steps share the start's deadline,
+ * `startTimeoutMs`, counted from `since` (the spawn, or for a one-shot spare
+ * the moment it was taken).
+ *
+ * @param conn The ready worker.
+ * @param options The resolved options.
+ * @param since When the start's deadline began (ms since the epoch).
+ * @throws {WorkerStartError} when a setup call fails (`failure: "setup"`).
+ * @throws {WorkerTimeoutError} when setup passes `startTimeoutMs`.
+ * @throws {WorkerCrashedError} when the worker dies during a setup call.
+ */
+export async function runSetup(
+  conn: Connection,
+  options: ResolvedWorkerOptions,
+  since: number,
+): Promise<void> {
+  for (const [op, ...args] of options.setup) {
+    // Setup shares the start's deadline: startTimeoutMs bounds the whole
+    // start, not each step.
+    const left = options.startTimeoutMs === 0
+      ? 0
+      : Math.max(1, options.startTimeoutMs - (Date.now() - since));
+    const call = createCall(op, args, left, undefined, false);
+    conn.send(call);
+    try {
+      await call.promise;
+    } catch (error: unknown) {
+      if (error instanceof WorkerTimeoutError) {
+        throw new WorkerTimeoutError({
+          module: options.label,
+          pid: conn.pid,
+          timeoutMs: options.startTimeoutMs,
+          elapsedMs: Date.now() - since,
+          phase: "start",
+          cause: error,
+        });
+      }
+      if (error instanceof RemoteError) {
+        throw new WorkerStartError({
+          module: options.label,
+          failure: "setup",
+          pid: conn.pid,
+          detail: `setup call "${op}" failed: ${error.name}: ${error.message}${
+            error.hint ? ` (hint: ${error.hint})` : ""
+          }`,
+          stderrTail: conn.stderrTail,
+          cause: error,
+        });
+      }
+      throw error;
+    }
+  }
+}
+
+/**
+ * What a failed start rejects with: timeouts and start errors as they are, a
+ * crash during setup as a `WorkerStartError` (`failure: "exited"`), anything
+ * else as a setup failure.
+ *
+ * @param error What the start threw.
+ * @param options The resolved options.
+ * @param conn The worker that failed.
+ * @returns The error.
+ */
+export function asStartError(
+  error: unknown,
+  options: ResolvedWorkerOptions,
+  conn: Connection,
+): Error {
+  return error instanceof WorkerTimeoutError ||
+      error instanceof WorkerStartError
+    ? error
+    : error instanceof WorkerCrashedError
+    ? new WorkerStartError({
+      module: options.label,
+      failure: "exited",
+      pid: error.pid,
+      exitCode: error.exitCode,
+      signal: error.signal,
+      detail: `it died during setup call "${error.op}"`,
+      stderrTail: error.stderrTail,
+      cause: error,
+    })
+    : new WorkerStartError({
+      module: options.label,
+      failure: "setup",
+      pid: conn.pid,
+      detail: `setup failed: ${
+        error instanceof Error ? error.message : String(error)
+      }`,
+      stderrTail: conn.stderrTail,
+      cause: error,
+    });
+}
+
+/**
  * Starts a worker, replays `setup`, and respawns after crashes during start
  * up to `maxRetries` times. Import, definition and setup errors are not
  * retried: they would fail the same way again.
@@ -131,72 +227,13 @@ export async function launchWorker(
     }
     try {
       await conn.ready;
-      for (const [op, ...args] of options.setup) {
-        // Setup shares the start's deadline: startTimeoutMs bounds the whole
-        // start, not each step.
-        const left = options.startTimeoutMs === 0
-          ? 0
-          : Math.max(1, options.startTimeoutMs - (Date.now() - conn.startedAt));
-        const call = createCall(op, args, left, undefined, false);
-        conn.send(call);
-        try {
-          await call.promise;
-        } catch (error: unknown) {
-          if (error instanceof WorkerTimeoutError) {
-            throw new WorkerTimeoutError({
-              module: options.label,
-              pid: conn.pid,
-              timeoutMs: options.startTimeoutMs,
-              elapsedMs: Date.now() - conn.startedAt,
-              phase: "start",
-              cause: error,
-            });
-          }
-          if (error instanceof RemoteError) {
-            throw new WorkerStartError({
-              module: options.label,
-              failure: "setup",
-              pid: conn.pid,
-              detail:
-                `setup call "${op}" failed: ${error.name}: ${error.message}${
-                  error.hint ? ` (hint: ${error.hint})` : ""
-                }`,
-              stderrTail: conn.stderrTail,
-              cause: error,
-            });
-          }
-          throw error;
-        }
-      }
+      await runSetup(conn, options, conn.startedAt);
       routed.route(events);
       return conn;
     } catch (error: unknown) {
       conn.kill("the start failed", true);
       await conn.closed;
-      lastError = error instanceof WorkerTimeoutError ||
-          error instanceof WorkerStartError
-        ? error
-        : error instanceof WorkerCrashedError
-        ? new WorkerStartError({
-          module: options.label,
-          failure: "exited",
-          pid: error.pid,
-          exitCode: error.exitCode,
-          signal: error.signal,
-          detail: `it died during setup call "${error.op}"`,
-          stderrTail: error.stderrTail,
-          cause: error,
-        })
-        : new WorkerStartError({
-          module: options.label,
-          failure: "setup",
-          pid: conn.pid,
-          detail: `setup failed: ${
-            error instanceof Error ? error.message : String(error)
-          }`,
-          stderrTail: conn.stderrTail,
-          cause: error,
-        });
+      lastError = asStartError(error, options, conn);
       if (isFinal(lastError)) throw lastError;
     }
   }

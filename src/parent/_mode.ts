@@ -50,6 +50,29 @@ const GONE_LIMIT_MS = 2_000;
 const GONE_POLL_MS = 5;
 
 /**
+ * Settles once a worker's process is gone: its connection closed, and its
+ * own process (which a sandbox wrapper may outlive by moments) no longer
+ * running, within {@linkcode GONE_LIMIT_MS}. Remote workers are done when
+ * their connection closes.
+ *
+ * @param conn The worker.
+ * @param options The resolved options (for `launcher`).
+ * @returns A promise.
+ */
+export async function workerGone(
+  conn: Connection,
+  options: ResolvedWorkerOptions,
+): Promise<void> {
+  await conn.closed;
+  // A worker behind a launcher runs elsewhere: its pid means nothing here.
+  if (options.launcher.length > 0) return;
+  const until = Date.now() + GONE_LIMIT_MS;
+  while (isRunning(conn.pid) && Date.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, GONE_POLL_MS));
+  }
+}
+
+/**
  * The shared part of a session or pool. Subclasses place admitted calls on
  * workers ({@linkcode ModeCore.admit}), list their live connections, and
  * drain and stop their workers on close.
@@ -365,14 +388,8 @@ export abstract class ModeCore {
    * @param conn The worker.
    * @returns A promise.
    */
-  protected async gone(conn: Connection): Promise<void> {
-    await conn.closed;
-    // A worker behind a launcher runs elsewhere: its pid means nothing here.
-    if (this.options.launcher.length > 0) return;
-    const until = Date.now() + GONE_LIMIT_MS;
-    while (isRunning(conn.pid) && Date.now() < until) {
-      await new Promise((resolve) => setTimeout(resolve, GONE_POLL_MS));
-    }
+  protected gone(conn: Connection): Promise<void> {
+    return workerGone(conn, this.options);
   }
 
   /**

@@ -33,10 +33,12 @@ import {
   wholeNumber,
 } from "../_validate.ts";
 import {
+  type CallKey,
   type CallOptions,
   CLOSE_OPTION_KEYS,
   type CloseOptions,
   DEFAULTS,
+  type OneShotOptions,
   type PoolOptions,
   type ResolvedPoolOptions,
   type ResolvedWorkerOptions,
@@ -336,7 +338,43 @@ export function resolvePoolOptions<D>(
       DEFAULTS.concurrency,
       1,
     ),
+    route: resolveRoute(options.route),
   };
+}
+
+function resolveRoute(value: unknown): ResolvedPoolOptions["route"] {
+  if (value === undefined) return undefined;
+  if (typeof value !== "function") {
+    throw new TypeError(invalid("route", "a function", value));
+  }
+  return value as ResolvedPoolOptions["route"];
+}
+
+/**
+ * Checks a sticky routing key (a call's `key`, or what `route` returned).
+ *
+ * @param value The key.
+ * @param name What it is, for the error.
+ * @returns The key, or `undefined` for none.
+ * @throws {TypeError} when it is neither a string nor a finite number.
+ */
+export function checkKey(value: unknown, name: string): CallKey | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === "string") return value;
+  if (typeof value === "number" && Number.isFinite(value)) return value;
+  throw new TypeError(invalid(name, "a string or a finite number", value));
+}
+
+/**
+ * Validates the options only one-shot runners take.
+ *
+ * @param options The caller's options (already checked for unknown keys).
+ * @returns The number of spares.
+ * @throws {TypeError} when `spares` is not a number.
+ * @throws {RangeError} when `spares` is not a whole number >= 0.
+ */
+export function resolveSpares(options: Pick<OneShotOptions, "spares">): number {
+  return wholeNumber("spares", options.spares, DEFAULTS.spares, 0);
 }
 
 /**
@@ -354,6 +392,7 @@ export function resolveCallOptions(
 ): ResolvedCallOptions {
   if (options === undefined) {
     return {
+      key: undefined,
       timeoutMs: callTimeoutMs,
       signal: undefined,
       totalTimeoutMs: 0,
@@ -372,6 +411,7 @@ export function resolveCallOptions(
     throw new TypeError(invalid("onProgress", "a function", onProgress));
   }
   return {
+    key: checkKey(options.key, "key"),
     timeoutMs: milliseconds("timeoutMs", options.timeoutMs, callTimeoutMs),
     signal,
     totalTimeoutMs: milliseconds("totalTimeoutMs", options.totalTimeoutMs, 0),
@@ -393,6 +433,8 @@ export function resolveCallOptions(
 
 /** {@linkcode CallOptions} after validation, with every default filled in. */
 export interface ResolvedCallOptions {
+  /** The sticky routing key (pools), if any. */
+  key: CallKey | undefined;
   /** Deadline once written (a stream: between values), in ms; 0 for none. */
   timeoutMs: number;
   /** The caller's signal. */

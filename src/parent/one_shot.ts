@@ -1,14 +1,18 @@
 /**
  * `oneShot`: a fresh worker process per call, so every call sees the disk as
  * it is now. The process is shut down after its one call, and the call
- * settles once it is gone (any lock it held is free).
+ * settles once it is gone (any lock it held is free). With `spares`, that
+ * many processes wait started and imported (no `setup` run), one per call.
  *
  * @module
  */
 
+import { SessionClosedError } from "../errors.ts";
 import { detect } from "../runtime/detect.ts";
+import type { RuntimeAdapter } from "../runtime/types.ts";
 import {
   type CallRecord,
+  type Connection,
   type ConnectionEvents,
   type ConnectionExit,
   crashError,
@@ -20,12 +24,24 @@ import {
   type PendingCall,
 } from "./_call.ts";
 import { type CallHandle, refusedCall } from "./_stream.ts";
-import { launchWorker } from "./_launch.ts";
-import type { CallOptions, OneShotOptions } from "./options.ts";
+import { asStartError, launchWorker, runSetup } from "./_launch.ts";
+import { workerGone } from "./_mode.ts";
+import {
+  type CallOptions,
+  ONE_SHOT_OPTION_KEYS,
+  type OneShotOptions,
+  type ResolvedWorkerOptions,
+} from "./options.ts";
 import {
   resolveCallOptions,
+  resolveSpares,
   resolveWorkerOptions,
 } from "./_resolve_options.ts";
+import {
+  resolveTracker,
+  type StateStamp,
+  type StateTracker,
+} from "./state_scope.ts";
 import {
   withProxy,
   type WorkerApi,
@@ -62,7 +78,148 @@ export type OneShot<D = unknown> = WorkerApi<D> & {
    * @returns The values, one by one.
    */
   stream: WorkerStream<D>;
+  /**
+   * Stops the spares and refuses new calls (they reject with
+   * `SessionClosedError`, `kind: "oneShot"`); settles once the calls already
+   * made have settled and every process, spare or not, is gone. Idempotent.
+   * Only needed with `spares` (idle spares do not keep the parent alive, and
+   * exit with it).
+   */
+  close(): Promise<void>;
+  /** Same as `close()`, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void>;
 };
+
+/** A process started and imported ahead of a call (`setup` not run). */
+interface Spare {
+  /** Settles with the ready worker; rejects with why it could not start. */
+  readonly ready: Promise<Connection>;
+  /** The worker once ready. */
+  conn: Connection | undefined;
+  /** The watched state when it started. */
+  readonly stamp: StateStamp;
+  /** Whether a call took it (the call then shuts it down). */
+  taken: boolean;
+}
+
+/**
+ * The spares of one runner: keeps `count` of them started, hands out the
+ * oldest current one, discards stale ones, stops them all on close.
+ */
+class Spares {
+  readonly #count: number;
+  readonly #options: ResolvedWorkerOptions;
+  readonly #adapter: RuntimeAdapter;
+  readonly #events: ConnectionEvents;
+  readonly #tracker: StateTracker;
+  /** Starting or ready, oldest first. */
+  #list: Spare[] = [];
+  /** Every spare process not known to be gone, for `close()`. */
+  readonly #all = new Set<Promise<Connection>>();
+  #closed = false;
+
+  constructor(
+    count: number,
+    options: ResolvedWorkerOptions,
+    adapter: RuntimeAdapter,
+    events: ConnectionEvents,
+    tracker: StateTracker,
+  ) {
+    this.#count = count;
+    this.#options = options;
+    this.#adapter = adapter;
+    this.#events = events;
+    this.#tracker = tracker;
+  }
+
+  /** Starts spares until `count` are starting or ready. */
+  fill(): void {
+    while (!this.#closed && this.#list.length < this.#count) this.#start();
+  }
+
+  #start(): void {
+    const stamp = this.#tracker.stamp();
+    // A spare stops before setup: that runs when a call takes it.
+    const ready = launchWorker(
+      { ...this.#options, setup: [] },
+      this.#adapter,
+      this.#events,
+    );
+    const spare: Spare = { ready, conn: undefined, stamp, taken: false };
+    this.#list.push(spare);
+    this.#all.add(ready);
+    ready.then((conn) => {
+      spare.conn = conn;
+      // A spare that dies while it waits is dropped; the next call starts
+      // its replacement (never a respawn loop).
+      conn.closed.then(() => {
+        this.#drop(spare);
+        this.#all.delete(ready);
+      });
+      if (this.#closed && !spare.taken) {
+        void conn.shutdown(this.#options.closeGraceMs);
+      }
+    }, () => {
+      this.#drop(spare);
+      this.#all.delete(ready);
+    });
+  }
+
+  #drop(spare: Spare): void {
+    const index = this.#list.indexOf(spare);
+    if (index !== -1) this.#list.splice(index, 1);
+  }
+
+  /**
+   * Takes the oldest spare whose watched state is current, ready ones
+   * first; stale ones are stopped.
+   *
+   * @returns The spare, or `undefined` when none is left.
+   */
+  take(): Spare | undefined {
+    const now = this.#tracker.active ? this.#tracker.stamp() : undefined;
+    let taken: Spare | undefined;
+    for (const spare of [...this.#list]) {
+      if (now && this.#tracker.staleness(spare.stamp, now)) {
+        this.#drop(spare);
+        spare.ready.then(
+          (conn) => void conn.shutdown(this.#options.closeGraceMs),
+          () => {},
+        );
+        continue;
+      }
+      if (!taken || (spare.conn && !taken.conn)) taken = spare;
+    }
+    if (taken) {
+      this.#drop(taken);
+      taken.taken = true;
+      // Its call owns it now: the call shuts it down, close() waits for that.
+      this.#all.delete(taken.ready);
+    }
+    return taken;
+  }
+
+  /**
+   * Stops every spare and starts no more.
+   *
+   * @returns Settles once their processes are gone.
+   */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#list = [];
+    const gone = [...this.#all].map(async (ready) => {
+      let conn: Connection;
+      try {
+        conn = await ready;
+      } catch {
+        return;
+      }
+      await conn.shutdown(this.#options.closeGraceMs);
+      await workerGone(conn, this.#options);
+    });
+    await Promise.all(gone);
+  }
+}
 
 /**
  * Creates a runner that starts a fresh worker process for every call, runs
@@ -70,12 +227,20 @@ export type OneShot<D = unknown> = WorkerApi<D> & {
  * until the first call; concurrent calls run in parallel processes. No
  * `close()` is needed.
  *
+ * With `spares: n`, `n` processes are started and imported at once and kept
+ * ready (no `setup` run, no handler called): a call takes one, runs `setup`
+ * and its op there, and the process exits as above, while a replacement
+ * starts in the background. Module-level code has then run before the call
+ * (open clients lazily, in handlers or `setup`); a spare whose `watch` paths
+ * or `scope` changed is discarded. `close()` stops the spares.
+ *
  * A reply that arrived counts even if the process then dies while exiting
  * (some native clients crash at exit).
  *
  * @typeParam D The worker module's default export type, for the typed proxy.
  * @param module The worker module: a `URL`, a URL string, or a path.
- * @param options Runtime, permissions, environment, deadlines, setup.
+ * @param options Runtime, permissions, environment, deadlines, setup,
+ *   spares.
  * @returns The runner.
  * @throws {TypeError} when an option is invalid or the module does not exist.
  * @throws {RangeError} when a number option is out of range.
@@ -102,7 +267,33 @@ export function oneShot<D = unknown>(
   options: OneShotOptions<NoInfer<D>> = {},
 ): OneShot<D> {
   const adapter = detect();
-  const resolved = resolveWorkerOptions(module, options, adapter);
+  const resolved = resolveWorkerOptions(
+    module,
+    options,
+    adapter,
+    ONE_SHOT_OPTION_KEYS,
+  );
+  const spareCount = resolveSpares(options);
+  const tracker = resolveTracker(
+    options,
+    resolved.cwd,
+    (path) => adapter.pathIdentity(path),
+  );
+  const events: ConnectionEvents = {
+    onLost(calls: CallRecord[], exit: ConnectionExit) {
+      for (const lost of calls) {
+        lost.reject(crashError(resolved.label, lost, exit));
+      }
+    },
+    onTimeout() {},
+  };
+  const spares = spareCount > 0
+    ? new Spares(spareCount, resolved, adapter, events, tracker)
+    : undefined;
+  spares?.fill();
+  /** Calls made and not yet over (their process gone), for `close()`. */
+  const active = new Set<Promise<unknown>>();
+  let closing: Promise<void> | undefined;
   const run = (
     op: string,
     args: unknown[],
@@ -128,14 +319,14 @@ export function oneShot<D = unknown>(
     } catch (error: unknown) {
       return refusedCall(op, error);
     }
-    const events: ConnectionEvents = {
-      onLost(calls: CallRecord[], exit: ConnectionExit) {
-        for (const lost of calls) {
-          lost.reject(crashError(resolved.label, lost, exit));
-        }
-      },
-      onTimeout() {},
-    };
+    if (closing) {
+      return refusedCall(
+        op,
+        new SessionClosedError({ module: resolved.label, op, kind: "oneShot" }),
+      );
+    }
+    const spare = spares?.take();
+    spares?.fill();
     let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
     let aborted = false;
     const abort = (reason: unknown): void => {
@@ -148,10 +339,23 @@ export function oneShot<D = unknown>(
     // except on abort, which rejects at once.
     const lifecycle = (async () => {
       try {
-        conn = await launchWorker(resolved, adapter, events);
+        conn = spare
+          ? await spare.ready
+          : await launchWorker(resolved, adapter, events);
       } catch (error: unknown) {
         call.reject(error);
         return;
+      }
+      if (spare && !call.settled) {
+        // The spare's setup runs now, under the start's deadline from now.
+        try {
+          await runSetup(conn, resolved, Date.now());
+        } catch (error: unknown) {
+          conn.kill("the start failed", true);
+          await conn.closed;
+          call.reject(asStartError(error, resolved, conn));
+          return;
+        }
       }
       if (!call.settled) {
         call.pids.push(conn.pid);
@@ -160,6 +364,8 @@ export function oneShot<D = unknown>(
       await call.promise.catch(() => {});
       await conn.shutdown(resolved.closeGraceMs);
     })();
+    active.add(lifecycle);
+    lifecycle.finally(() => active.delete(lifecycle));
     // A stream's end, too, reaches the caller once the process is gone.
     const settled = call.promise.then(
       async (value) => {
@@ -175,9 +381,17 @@ export function oneShot<D = unknown>(
   };
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     run(op, args, callOptions);
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      await Promise.all([spares?.close(), ...active]);
+    })();
+    return closing;
+  };
   const handle = {
     call: call as WorkerCall<D>,
     stream: call as WorkerStream<D>,
+    close,
+    [Symbol.asyncDispose]: close,
   };
   return withProxy<typeof handle, D>(handle, call);
 }

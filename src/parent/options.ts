@@ -217,8 +217,22 @@ export interface WorkerOptions<D = unknown> {
   launcher?: readonly string[];
 }
 
+/** A sticky routing key of a pool call: a string or a number. */
+export type CallKey = string | number;
+
 /** Options of one call. */
 export interface CallOptions {
+  /**
+   * Pools only: calls with the same key run on the same live worker (so a
+   * client that caches per shard or tenant stays warm). A new key goes to
+   * the least busy worker; a call whose worker is busy waits for it rather
+   * than run elsewhere, while calls without a key (or with other keys) pass
+   * it. When that worker retires or crashes the key moves to another. Sessions
+   * and one-shot runners ignore it. See docs/modes.md.
+   *
+   * @default {the pool's `route(op, args)`, if any}
+   */
+  key?: CallKey;
   /**
    * Aborting it rejects the call with `signal.reason` and cancels it in the
    * worker (a stream: ends it, the generator's `finally` blocks run).
@@ -274,7 +288,21 @@ export interface CallOptions {
  *
  * @typeParam D The worker module's default export type (types `setup`).
  */
-export interface OneShotOptions<D = unknown> extends WorkerOptions<D> {}
+export interface OneShotOptions<D = unknown>
+  extends WorkerOptions<D>, StateOptions {
+  /**
+   * Processes kept started and imported ahead of calls (runtime, airlock and
+   * the worker module loaded; `setup` not run, no handler called). A call
+   * takes a spare, runs `setup` and its op there, and the process exits as
+   * without spares; a new spare starts in the background. Spares start when
+   * the runner is created; a spare whose `watch` paths or `scope` changed
+   * since it started is discarded, not used. Idle spares do not keep the
+   * parent alive; `close()` stops them. See docs/modes.md.
+   *
+   * @default {0}
+   */
+  spares?: number;
+}
 
 /**
  * Options of {@linkcode session}.
@@ -361,6 +389,15 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * @default {1}
    */
   concurrency?: number;
+  /**
+   * The sticky key of a call made without a `key` call option (e.g. through
+   * the typed proxy): calls with the same key run on the same live worker.
+   * Return `undefined` for a call that may run anywhere. See the `key` call
+   * option and docs/modes.md.
+   *
+   * @default {undefined}
+   */
+  route?: (op: string, args: readonly unknown[]) => CallKey | undefined;
 }
 
 /**
@@ -429,6 +466,8 @@ export const DEFAULTS = Object.freeze(
     maxQueue: 10_000,
     /** Calls one pool worker runs at once. */
     concurrency: 1,
+    /** One-shot runners keep no spare processes. */
+    spares: 0,
   } as const,
 );
 
@@ -481,6 +520,16 @@ export const SESSION_OPTION_KEYS: readonly string[] = keyList<
   "closeTimeoutMs",
 ]);
 
+/** The keys of {@linkcode OneShotOptions}. */
+export const ONE_SHOT_OPTION_KEYS: readonly string[] = keyList<
+  OneShotOptions
+>()([
+  ...(WORKER_OPTION_KEYS as readonly (keyof WorkerOptions)[]),
+  "watch",
+  "scope",
+  "spares",
+]);
+
 /** The keys of {@linkcode PoolOptions}. */
 export const POOL_OPTION_KEYS: readonly string[] = keyList<PoolOptions>()([
   ...(SESSION_OPTION_KEYS as readonly (keyof SessionOptions)[]),
@@ -492,6 +541,7 @@ export const POOL_OPTION_KEYS: readonly string[] = keyList<PoolOptions>()([
   "maxRssBytes",
   "maxQueue",
   "concurrency",
+  "route",
 ]);
 
 /** The keys of {@linkcode CloseOptions}. */
@@ -562,4 +612,8 @@ export interface ResolvedPoolOptions {
   maxQueue: number;
   /** Calls per worker at once. */
   concurrency: number;
+  /** The key of a call without a `key` option. */
+  route:
+    | ((op: string, args: readonly unknown[]) => CallKey | undefined)
+    | undefined;
 }

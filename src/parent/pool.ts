@@ -20,6 +20,7 @@ import type { PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
 import { FORCED_REASON, ModeCore } from "./_mode.ts";
 import {
+  type CallKey,
   type CallOptions,
   type CloseOptions,
   POOL_OPTION_KEYS,
@@ -27,7 +28,9 @@ import {
   type ResolvedPoolOptions,
   type ResolvedWorkerOptions,
 } from "./options.ts";
+import { type CallHandle, refusedCall } from "./_stream.ts";
 import {
+  checkKey,
   resolvePoolOptions,
   resolveWorkerOptions,
 } from "./_resolve_options.ts";
@@ -58,6 +61,8 @@ export interface PoolWorkerStats {
   running: number;
   /** Whether it takes no more calls and will exit once idle. */
   retiring: boolean;
+  /** Sticky keys bound to it (calls with these keys run here). */
+  keys: number;
 }
 
 /** What {@linkcode Pool.stats} reports. */
@@ -78,6 +83,8 @@ export interface PoolStats extends CallStats {
   recycledBy: RecycleCounts;
   /** Idle workers stopped by `idleTimeoutMs`. */
   reaped: number;
+  /** Sticky keys bound to a live worker (see `perWorker[].keys`). */
+  keys: number;
   /** One entry per live worker. */
   perWorker: PoolWorkerStats[];
 }
@@ -90,11 +97,12 @@ export interface PoolStats extends CallStats {
  */
 export type Pool<D = unknown> = WorkerApi<D> & {
   /**
-   * Calls an op on the first free worker.
+   * Calls an op on the first free worker, or with a `key` (or the pool's
+   * `route`) on the live worker bound to that key.
    *
    * @param op The handler's name.
    * @param args Its arguments.
-   * @param options A signal and a deadline for this call.
+   * @param options A signal, a deadline, a sticky `key` for this call.
    * @returns What the handler returned.
    */
   call: WorkerCall<D>;
@@ -142,6 +150,8 @@ interface PoolWorker {
   /** Whether its replacement (after maxTasksPerWorker) has been started. */
   succeeded: boolean;
   idleTimer: ReturnType<typeof setTimeout> | undefined;
+  /** The sticky keys bound to it. */
+  keys: Set<CallKey>;
 }
 
 class PoolCore extends ModeCore {
@@ -152,6 +162,10 @@ class PoolCore extends ModeCore {
   #starts = new Set<Promise<void>>();
   #drainWaiters: (() => void)[] = [];
   #reaped = 0;
+  /** Which live worker each sticky key is bound to. */
+  #keyOwner = new Map<CallKey, PoolWorker>();
+  /** Admitted keyed calls not yet settled: 0 keeps the plain FIFO path. */
+  #keyedUnsettled = 0;
 
   constructor(
     options: ResolvedWorkerOptions,
@@ -201,6 +215,7 @@ class PoolCore extends ModeCore {
           retiring: false,
           succeeded: false,
           idleTimer: undefined,
+          keys: new Set(),
         };
         holder.worker = worker;
         this.adopted(conn);
@@ -231,6 +246,7 @@ class PoolCore extends ModeCore {
 
   #onExit(worker: PoolWorker, exit: ConnectionExit): void {
     this.#workers.delete(worker);
+    this.#unbindKeys(worker);
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
     this.exited(exit);
     this.#pump();
@@ -275,9 +291,18 @@ class PoolCore extends ModeCore {
     (worker.idleTimer as { unref?: () => void }).unref?.();
   }
 
+  /** Frees a leaving worker's keys: their next calls bind anew. */
+  #unbindKeys(worker: PoolWorker): void {
+    for (const key of worker.keys) {
+      if (this.#keyOwner.get(key) === worker) this.#keyOwner.delete(key);
+    }
+    worker.keys.clear();
+  }
+
   #retire(worker: PoolWorker): void {
     if (worker.retiring) return;
     worker.retiring = true;
+    this.#unbindKeys(worker);
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
     worker.idleTimer = undefined;
     if (worker.conn.occupancy === 0) {
@@ -301,26 +326,90 @@ class PoolCore extends ModeCore {
         if (cause) this.#recycle(worker, cause);
       }
     }
-    while (this.queue.length > 0) {
-      let best: PoolWorker | undefined;
-      for (const worker of this.#workers) {
-        if (worker.retiring || !worker.conn.alive) continue;
-        const occupancy = worker.conn.occupancy;
-        if (occupancy >= this.limits.concurrency) continue;
-        if (!best || occupancy < best.conn.occupancy) best = worker;
+    let placeable: number;
+    if (this.#keyedUnsettled === 0) {
+      while (this.queue.length > 0) {
+        const best = this.#leastBusy();
+        if (!best) break;
+        const call = this.queue.shift() as PendingCall;
+        if (call.settled) continue;
+        this.#dispatch(best, call);
       }
-      if (!best) break;
-      const call = this.queue.shift() as PendingCall;
-      if (call.settled) continue;
-      this.#dispatch(best, call);
+      placeable = this.queue.length;
+    } else {
+      placeable = this.#placeKeyed();
     }
-    // Start workers for what is still queued, within max.
+    // Start workers for what is still queued and could run on any worker,
+    // within max (calls waiting for their key's busy worker do not count).
     const live = this.#liveCount();
     let wanted = Math.min(
-      Math.ceil(this.queue.length / this.limits.concurrency) - this.#starting,
+      Math.ceil(placeable / this.limits.concurrency) - this.#starting,
       this.limits.max - live - this.#starting,
     );
     while (wanted-- > 0) this.#startWorker();
+  }
+
+  /** Whether a worker takes another call now. */
+  #hasRoom(worker: PoolWorker): boolean {
+    return !worker.retiring && worker.conn.alive &&
+      worker.conn.occupancy < this.limits.concurrency;
+  }
+
+  /** The worker with a free slot running the fewest calls, if any. */
+  #leastBusy(): PoolWorker | undefined {
+    let best: PoolWorker | undefined;
+    for (const worker of this.#workers) {
+      if (!this.#hasRoom(worker)) continue;
+      if (
+        !best || worker.conn.occupancy < best.conn.occupancy ||
+        (worker.conn.occupancy === best.conn.occupancy &&
+          worker.keys.size < best.keys.size)
+      ) best = worker;
+    }
+    return best;
+  }
+
+  /**
+   * Places queued calls when some carry a sticky key: a bound key's call
+   * runs on its worker or waits for it (later calls pass it), an unbound
+   * key binds to the least busy worker, a call without a key takes any.
+   * Calls of one key keep their order.
+   *
+   * @returns How many queued calls could run on any worker (unkeyed, or
+   *   with a key not bound yet).
+   */
+  #placeKeyed(): number {
+    const queue = this.queue;
+    let index = 0;
+    while (index < queue.length) {
+      const call = queue[index] as PendingCall;
+      if (call.settled) {
+        queue.splice(index, 1);
+        continue;
+      }
+      const free = this.#leastBusy();
+      if (!free) break;
+      let target: PoolWorker | undefined = free;
+      if (call.key !== undefined) {
+        const owner = this.#keyOwner.get(call.key);
+        if (owner) target = this.#hasRoom(owner) ? owner : undefined;
+        else {
+          this.#keyOwner.set(call.key, free);
+          free.keys.add(call.key);
+        }
+      }
+      if (!target) {
+        index++;
+        continue;
+      }
+      queue.splice(index, 1);
+      this.#dispatch(target, call);
+    }
+    let placeable = 0;
+    for (const call of queue) {
+      if (call.key === undefined || !this.#keyOwner.has(call.key)) placeable++;
+    }
+    return placeable;
   }
 
   #dispatch(worker: PoolWorker, call: PendingCall): void {
@@ -369,6 +458,11 @@ class PoolCore extends ModeCore {
   }
 
   protected override admit(call: PendingCall): void {
+    if (call.key !== undefined) {
+      this.#keyedUnsettled++;
+      const done = () => void this.#keyedUnsettled--;
+      call.promise.then(done, done);
+    }
     this.queue.push(call);
     this.#pump();
   }
@@ -378,12 +472,7 @@ class PoolCore extends ModeCore {
   }
 
   #hasFreeSlot(): boolean {
-    for (const worker of this.#workers) {
-      if (
-        !worker.retiring && worker.conn.alive &&
-        worker.conn.occupancy < this.limits.concurrency
-      ) return true;
-    }
+    for (const worker of this.#workers) if (this.#hasRoom(worker)) return true;
     return false;
   }
 
@@ -436,6 +525,7 @@ class PoolCore extends ModeCore {
         calls: worker.calls,
         running,
         retiring: worker.retiring,
+        keys: worker.keys.size,
       });
     }
     const recycledBy = this.recycleStats();
@@ -451,6 +541,7 @@ class PoolCore extends ModeCore {
       recycled,
       recycledBy,
       reaped: this.#reaped,
+      keys: this.#keyOwner.size,
       perWorker,
     };
   }
@@ -510,8 +601,23 @@ export function pool<D = unknown>(
     (path) => adapter.pathIdentity(path),
   );
   const core = new PoolCore(resolved, limits, adapter, tracker);
-  const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
-    core.call(op, args, callOptions);
+  const route = limits.route;
+  const call = (
+    op: string,
+    args: unknown[],
+    callOptions?: CallOptions,
+  ): CallHandle => {
+    if (route && callOptions?.key === undefined) {
+      let key: CallKey | undefined;
+      try {
+        key = checkKey(route(op, args ?? []), "route(op, args)");
+      } catch (error: unknown) {
+        return refusedCall(op, error);
+      }
+      if (key !== undefined) callOptions = { ...callOptions, key };
+    }
+    return core.call(op, args, callOptions);
+  };
   const handle = {
     call: call as WorkerCall<D>,
     stream: call as WorkerStream<D>,
