@@ -31,11 +31,14 @@ import {
 } from "./deno_command.ts";
 import { exitAsIs } from "./exit.ts";
 import {
-  findExecutable,
-  type LookupDenied,
+  DEFAULT_PATH,
+  linuxTool,
+  lookupDenied,
+  runtimeBinary,
+} from "./lookups.ts";
+import {
   recordWorkerWritable,
   resolveProgram,
-  trustedRealPath,
   writableByWorker,
 } from "./executable.ts";
 import {
@@ -76,92 +79,6 @@ export function workerEntryUrl(): URL {
   const here = import.meta.url;
   const extension = here.endsWith(".js") ? "js" : "ts";
   return new URL(`../../../workers/entry.${extension}`, here);
-}
-
-/** The PATH searched when the parent's own cannot be read. */
-const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
-
-/** Lookups of the process, made once: binaries do not move. */
-const found = new Map<string, string | null>();
-
-function cached(
-  key: string,
-  look: () => string | undefined,
-): string | undefined {
-  if (!found.has(key)) found.set(key, look() ?? null);
-  return found.get(key) ?? undefined;
-}
-
-/**
- * What a lookup that cannot be made, or a binary that is refused, becomes:
- * a `PermissionError` naming the program, the cause and the fix. Never "not
- * found": a parent that may not look must not start a worker with less
- * confinement or another binary than it would otherwise.
- */
-function lookupDenied(
-  label: string,
-  program: string,
-  permission: "runtime" | "sandbox",
-): LookupDenied {
-  return (detail, cause) => {
-    const fix = cause === undefined
-      ? ""
-      : "; give the parent read access to the directories on PATH and to node_modules/.bin (Deno: --allow-read)";
-    throw new PermissionError(
-      `cannot look up ${program}: ${detail}${fix}`,
-      { module: label, permission, ...(cause === undefined ? {} : { cause }) },
-    );
-  };
-}
-
-/** The binary of a worker runtime: the parent's own, or the other one found on PATH or in `node_modules/.bin`. */
-function runtimeBinary(
-  runtime: RuntimeName,
-  adapter: RuntimeAdapter,
-  input: WorkerCommandInput,
-): string {
-  const denied = lookupDenied(input.label, `the ${runtime} binary`, "runtime");
-  if (runtime === adapter.name) {
-    return cached(
-      `self:${runtime}`,
-      () => trustedRealPath(adapter.execPath(), denied),
-    ) ?? adapter.execPath();
-  }
-  const from = [adapter.cwd()];
-  if (input.moduleUrl?.protocol === "file:") {
-    from.push(dirname(fileURLToPath(input.moduleUrl)));
-  }
-  const binary = cached(
-    `runtime:${runtime}`,
-    () => findExecutable(runtime, { path: adapter.env("PATH"), from }, denied),
-  );
-  if (binary === undefined) {
-    throw new WorkerStartError({
-      module: input.label,
-      failure: "spawn",
-      detail:
-        `the ${runtime} binary was not found on PATH nor in node_modules/.bin; install it (npm install --save-dev ${runtime}) or choose another runtime`,
-    });
-  }
-  return binary;
-}
-
-/** A Linux system tool (bubblewrap, setpriv) on PATH, looked up once. */
-function linuxTool(
-  name: "bwrap" | "setpriv",
-  adapter: RuntimeAdapter,
-  denied: LookupDenied,
-): string | undefined {
-  if (process.platform !== "linux") return undefined;
-  return cached(
-    name,
-    () =>
-      findExecutable(
-        name,
-        { path: adapter.env("PATH") ?? DEFAULT_PATH },
-        denied,
-      ),
-  );
 }
 
 /** The command before wrapping, and what the sandbox decision needs of it. */
