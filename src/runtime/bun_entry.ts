@@ -7,9 +7,11 @@
  * ready (see docs/benchmarks.md, (e)). The user's module is not bundled: it
  * is imported at run time as before.
  *
- * The bundle is keyed by the content of airlock's source and the Bun binary,
- * kept under `$XDG_CACHE_HOME/airlock/bun-entry` (or `~/.cache/…`), written
- * atomically, and built with the worker's own `bun build`. Where it cannot be
+ * One bundle per airlock tree and Bun binary, kept under
+ * `$XDG_CACHE_HOME/airlock/bun-entry` (or `~/.cache/…`) with a stamp of the
+ * sizes and modification times of airlock's source files and the binary; it
+ * is rebuilt (with the worker's own `bun build`, written atomically) when the
+ * stamp no longer matches. Where it cannot be
  * built (no cache directory, a read-only one, a failed build) workers run
  * `workers/entry.ts` itself, as before: slower, never less confined (the
  * bundle is mounted read-only like the rest of airlock's code).
@@ -18,7 +20,6 @@
  */
 
 import {
-  createHash,
   dirname,
   existsSync,
   join,
@@ -29,34 +30,60 @@ import {
   rmSync,
   spawnSync,
   statSync,
+  writeFileSync,
 } from "./node_builtins.ts";
 
 /** Built or looked up once per process: key `binary\0entry`. */
 const bundles = new Map<string, string | undefined>();
 
-/** The source files whose content decides the bundle: all of airlock's code. */
-function sources(root: string): string[] {
+/** The source files that decide the bundle: all of airlock's code. */
+function sources(root: string, entry: string): string[] {
   const found: string[] = [];
   const walk = (dir: string): void => {
-    for (const name of readdirSync(dir).sort()) {
-      const path = join(dir, name);
-      if (statSync(path).isDirectory()) walk(path);
-      else if (/\.(ts|js)$/.test(name)) found.push(path);
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (/\.(ts|js)$/.test(entry.name)) found.push(path);
     }
   };
   walk(join(root, "src"));
-  found.push(join(root, "workers", "entry.ts"));
-  return found;
+  found.push(entry);
+  return found.sort();
 }
 
-function bundleKey(binary: string, entry: string): string {
-  const hash = createHash("sha256");
-  const bin = statSync(binary);
-  hash.update(`${binary}\0${bin.size}\0${bin.mtimeMs}\0`);
-  for (const path of sources(dirname(dirname(entry)))) {
-    hash.update(path).update("\0").update(readFileSync(path)).update("\0");
+/**
+ * What the bundle was built from: each source's size and modification
+ * time, and the Bun binary's. A bundle is reused while this is unchanged
+ * (stat calls only: no file is read or hashed on the way to a worker).
+ */
+function stamp(binary: string, entry: string): string {
+  const parts: string[] = [];
+  for (const path of [binary, ...sources(dirname(dirname(entry)), entry)]) {
+    const info = statSync(path);
+    parts.push(`${path}\0${info.size}\0${info.mtimeMs}`);
   }
-  return hash.digest("hex").slice(0, 32);
+  return parts.join("\n");
+}
+
+/** A short, stable name for a string (FNV-1a, 2 x 32 bits). */
+function shortHash(text: string): string {
+  let a = 0x811c9dc5;
+  let b = 0x01000193 ^ text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193);
+    b = Math.imul(b ^ c, 0x5bd1e995);
+  }
+  return (a >>> 0).toString(16).padStart(8, "0") +
+    (b >>> 0).toString(16).padStart(8, "0");
+}
+
+function readText(path: string): string | undefined {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return undefined;
+  }
 }
 
 function cacheDir(
@@ -73,13 +100,20 @@ function build(
   env: Readonly<Record<string, string | undefined>>,
 ): string | undefined {
   const dir = cacheDir(env);
-  if (dir === undefined || !entry.endsWith("/workers/entry.ts")) {
+  // airlock's own tree (from source, or as published: `.js`).
+  if (dir === undefined || !/\/workers\/entry\.[jt]s$/.test(entry)) {
     return undefined;
   }
-  const file = join(dir, `entry-${bundleKey(binary, entry)}.js`);
-  if (existsSync(file)) return file;
+  const current = stamp(binary, entry);
+  // One bundle per airlock tree and Bun binary; its stamp says what from.
+  const name = `entry-${shortHash(`${binary}\0${entry}`)}`;
+  const file = join(dir, `${name}.js`);
+  const stampFile = join(dir, `${name}.stamp`);
+  if (existsSync(file) && readText(stampFile) === current) return file;
   mkdirSync(dir, { recursive: true });
-  const partial = `${file}.${Math.random().toString(36).slice(2)}.partial`;
+  const unique = Math.random().toString(36).slice(2);
+  const partial = `${file}.${unique}.partial`;
+  const partialStamp = `${stampFile}.${unique}.partial`;
   try {
     const result = spawnSync(
       binary,
@@ -91,10 +125,15 @@ function build(
       },
     );
     if (result.status !== 0 || !existsSync(partial)) return undefined;
+    // The stamp last: a bundle without its stamp is rebuilt.
+    rmSync(stampFile, { force: true });
     renameSync(partial, file);
+    writeFileSync(partialStamp, current);
+    renameSync(partialStamp, stampFile);
     return file;
   } finally {
     rmSync(partial, { force: true });
+    rmSync(partialStamp, { force: true });
   }
 }
 

@@ -76,6 +76,8 @@ export const mkdirSync: typeof Fs.mkdirSync = lazy(fs, "mkdirSync");
 export const readlinkSync: typeof Fs.readlinkSync = lazy(fs, "readlinkSync");
 /** `node:fs` `renameSync`. */
 export const renameSync: typeof Fs.renameSync = lazy(fs, "renameSync");
+/** `node:fs` `writeFileSync`. */
+export const writeFileSync: typeof Fs.writeFileSync = lazy(fs, "writeFileSync");
 /** `node:fs` `rmSync`. */
 export const rmSync: typeof Fs.rmSync = lazy(fs, "rmSync");
 /** `node:fs` `symlinkSync`. */

@@ -58,8 +58,16 @@ describe("bunEntryBundle()", () => {
       execFileSync(bun, [bundle], { encoding: "utf8" }).trim(),
       "from the bundle",
     );
-    // One file, no partial one left; asked again, the same file.
-    assert.deepEqual(readdirSync(dirname(bundle)), [bundle.split("/").at(-1)]);
+    // The bundle and its stamp, no partial file left; asked again, the same.
+    const name = bundle.split("/").at(-1) as string;
+    assert.deepEqual(readdirSync(dirname(bundle)).sort(), [
+      name,
+      name.replace(/\.js$/, ".stamp"),
+    ]);
+    assert.match(
+      readFileSync(bundle.replace(/\.js$/, ".stamp"), "utf8"),
+      /say\.ts\0\d+\0/,
+    );
     assert.equal(bunEntryBundle(bun, entry, env), bundle);
     // Other sources, another bundle.
     const other = bunEntryBundle(bun, tree(dir.join("b"), "other"), env);
