@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, needs, needsWorkers, skipUnless } from "../_helpers.ts";
+import { checkNoLeaks, needs, skipUnless } from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -184,7 +184,8 @@ const addonMissing = existsSync(join(addonDir, "node.napi.glibc.node"))
 
 describe(
   "bun build --compile, a worker with a native add-on",
-  addonMissing ? skipUnless(addonMissing) : needsWorkers("bun"),
+  // A compiled program cannot run the Landlock confine step: bwrap only.
+  addonMissing ? skipUnless(addonMissing) : needs("bwrap"),
   () => {
     test("an add-on required by a computed name is found beside the executable through NODE_PATH", async () => {
       // The executable in its own directory, the add-on's package copied
