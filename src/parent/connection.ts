@@ -26,7 +26,12 @@ import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ResolvedPermissions } from "../runtime/permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
-import { readRssBytes } from "../runtime/proc.ts";
+import {
+  holdsFile,
+  isRunning,
+  readRssBytes,
+  stdoutTarget,
+} from "../runtime/proc.ts";
 import { DeadlineQueue } from "./_deadlines.ts";
 import {
   type ConnectionExit,
@@ -55,6 +60,12 @@ export type { LogSink, LogSource } from "./_log.ts";
 const DRAIN_AFTER_EXIT_MS = 1_000;
 /** How long a process may run on after its stdout ended before it is killed. */
 const STDOUT_END_GRACE_MS = 1_000;
+/**
+ * How often a sandboxed worker with calls in flight is checked for still
+ * holding its stdout (the sandbox's own processes keep the pipe open, so
+ * its end is never seen).
+ */
+const STDOUT_CHECK_MS = 1_000;
 
 /**
  * One call on its way through a connection. Owned by a session or pool. A
@@ -348,10 +359,65 @@ export class Connection {
       this.#idleWaiters = [];
       for (const resolve of waiters) resolve();
     }
+    if (this.#stdoutHeld !== undefined) {
+      const busy = this.#pending.size > 0 && this.#exit === undefined;
+      if (busy && this.#stdoutCheck === undefined) {
+        const timer = setInterval(() => this.#checkStdout(), STDOUT_CHECK_MS);
+        (timer as { unref?: () => void }).unref?.();
+        this.#stdoutCheck = timer;
+      } else if (!busy && this.#stdoutCheck !== undefined) {
+        clearInterval(this.#stdoutCheck);
+        this.#stdoutCheck = undefined;
+      }
+    }
     if (this.#exit) return;
     this.#child.setRef(
       this.#pending.size > 0 || this.#cancelling.size > 0 || !this.#hello ||
         this.#requested || this.#killReason !== undefined,
+    );
+  }
+
+  /** The sandboxed worker and the pipe its stdout is, while checked. */
+  #stdoutHeld: { pid: number; pipe: string } | undefined;
+  #stdoutCheck: ReturnType<typeof setInterval> | undefined;
+  #stdoutMissing = false;
+
+  /**
+   * Inside the OS sandbox the sandbox's processes hold the worker's stdout
+   * too, so a worker that closes it is never seen as end-of-file: while
+   * calls are in flight, check once a second that the worker still holds
+   * the pipe (any descriptor on it).
+   */
+  #watchStdoutOf(pid: number | undefined): void {
+    const command = this.#options.command;
+    if (pid === undefined || !command.local || command.sandboxes.length === 0) {
+      return;
+    }
+    const pipe = stdoutTarget(pid);
+    // A pipe, or a socket pair (Bun's node:child_process).
+    if (pipe?.startsWith("pipe:") || pipe?.startsWith("socket:")) {
+      this.#stdoutHeld = { pid, pipe };
+    }
+  }
+
+  #checkStdout(): void {
+    const held = this.#stdoutHeld;
+    if (held === undefined || this.#exit !== undefined) return;
+    // A process being torn down drops its files before it is a zombie:
+    // only one seen running without its stdout twice, a check apart, closed
+    // it on purpose.
+    if (holdsFile(held.pid, held.pipe) !== false || !isRunning(held.pid)) {
+      this.#stdoutMissing = false;
+      return;
+    }
+    if (!this.#stdoutMissing) {
+      this.#stdoutMissing = true;
+      return;
+    }
+    this.#stdoutHeld = undefined;
+    this.#log.note("the worker closed its stdout");
+    this.kill(
+      "killed by airlock because it closed its stdout and kept running (it could never answer)",
     );
   }
 
@@ -500,6 +566,7 @@ export class Connection {
         this.#workerPid = this.#options.command.local
           ? this.#options.command.workerPid(this.spawnPid)
           : message.pid;
+        this.#watchStdoutOf(this.#workerPid);
         this.#syncRef();
         this.#resolveReady(message);
         return;

@@ -6,7 +6,12 @@
  * @module
  */
 
-import { process, readFileSync } from "./node_builtins.ts";
+import {
+  process,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+} from "./node_builtins.ts";
 
 /**
  * Resident memory of a process, the OS figure (VmRSS), which includes what
@@ -43,6 +48,45 @@ export function isRunning(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * What a process's stdout is, as /proc names it (e.g. `"pipe:[4242]"`).
+ *
+ * @param pid The process.
+ * @returns The name, or `undefined` when it cannot be read.
+ */
+export function stdoutTarget(pid: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/fd/1`);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Whether a process still holds a descriptor on a file (on any descriptor
+ * number: a runtime may keep its own copy of stdout).
+ *
+ * @param pid The process.
+ * @param target The file, as {@linkcode stdoutTarget} named it.
+ * @returns Whether it does, or `undefined` when its descriptors cannot be read.
+ */
+export function holdsFile(pid: number, target: string): boolean | undefined {
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return undefined;
+  }
+  for (const fd of fds) {
+    try {
+      if (readlinkSync(`/proc/${pid}/fd/${fd}`) === target) return true;
+    } catch {
+      // Closed meanwhile.
+    }
+  }
+  return false;
 }
 
 /**
