@@ -245,18 +245,30 @@ class GatedStream extends ReadableStream<Uint8Array> {
     if (!this.#gate.open) return this.#gate.opened().then(() => this.#read());
     const current = this.#reader ??= this.#native.getReader();
     return current.read().then((result) => {
-      if (result.done) this.#gate.onClose.delete(this.#release);
+      if (result.done) {
+        this.#gate.onClose.delete(this.#release);
+        this.#ended.resolve(undefined);
+      }
       return result;
     }, (error: unknown) => {
       // Released by the gate: read again once it opens.
       if (current !== this.#reader && !this.#cancelled) return this.#read();
       this.#gate.onClose.delete(this.#release);
+      this.#ended.reject(error);
       throw error;
     });
   }
 
+  /** Settles when the pipe ends (or is cancelled), rejects when it fails. */
+  readonly #ended: PromiseWithResolvers<undefined> = (() => {
+    const ended = Promise.withResolvers<undefined>();
+    ended.promise.catch(() => {});
+    return ended;
+  })();
+
   #cancel(reason: unknown): Promise<void> {
     this.#cancelled = true;
+    this.#ended.resolve(undefined);
     this.#gate.onClose.delete(this.#release);
     const current = this.#reader;
     this.#reader = undefined;
@@ -265,7 +277,7 @@ class GatedStream extends ReadableStream<Uint8Array> {
 
   /**
    * A reader over the native pipe (not a byte stream: a BYOB reader is
-   * refused, as for any default stream). Its `closed` never settles.
+   * refused, as for any default stream).
    */
   // The overloads of getReader() cannot be restated for an override.
   // deno-lint-ignore no-explicit-any
@@ -281,7 +293,7 @@ class GatedStream extends ReadableStream<Uint8Array> {
       releaseLock: () => {
         this.#locked = false;
       },
-      closed: new Promise<undefined>(() => {}),
+      closed: this.#ended.promise,
     };
     return reader;
   }

@@ -98,6 +98,7 @@ describe("RuntimeAdapter.spawn()", () => {
         rest += decoder.decode(value);
       }
       assert.equal(rest, "last");
+      assert.equal(await within(reader.closed, 30_000, "closed"), undefined);
       child.stderr.cancel().catch(() => {});
       assert.deepEqual(await within(child.exited, 30_000, "exit"), {
         code: 0,
