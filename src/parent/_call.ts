@@ -108,6 +108,7 @@ export function createCall(
     windowItems,
     windowBytes,
     stream: undefined,
+    awaited: false,
     settled: false,
     resolve(value) {
       if (record.settled) return;
@@ -159,25 +160,40 @@ export function callHandle(
   abort: (reason: unknown) => void,
   module: string,
 ): CallHandle {
-  const totalMs = call.totalTimeoutMs;
-  if (totalMs > 0 && !call.settled) {
-    const startedAt = Date.now();
-    const timer = setTimeout(() => {
-      abort(
-        new WorkerTimeoutError({
-          module,
-          op: call.op,
-          pid: call.pids.at(-1),
-          timeoutMs: totalMs,
-          elapsedMs: Date.now() - startedAt,
-          phase: "call",
-        }),
-      );
-    }, totalMs);
-    const clear = () => clearTimeout(timer);
-    call.promise.then(clear, clear);
-  }
+  if (call.totalTimeoutMs > 0) armTotalDeadline(call, abort, module);
   return new CallHandle(call, settled, abort);
+}
+
+/**
+ * Arms a call's whole-call deadline (`totalTimeoutMs`): past it, the call
+ * ends through `abort` with a `WorkerTimeoutError`.
+ *
+ * @param call The call.
+ * @param abort Ends the call with a reason.
+ * @param module The worker module, for the error.
+ */
+export function armTotalDeadline(
+  call: PendingCall,
+  abort: (reason: unknown) => void,
+  module: string,
+): void {
+  const totalMs = call.totalTimeoutMs;
+  if (totalMs <= 0 || call.settled) return;
+  const startedAt = Date.now();
+  const timer = setTimeout(() => {
+    abort(
+      new WorkerTimeoutError({
+        module,
+        op: call.op,
+        pid: call.pids.at(-1),
+        timeoutMs: totalMs,
+        elapsedMs: Date.now() - startedAt,
+        phase: "call",
+      }),
+    );
+  }, totalMs);
+  const clear = () => clearTimeout(timer);
+  call.promise.then(clear, clear);
 }
 
 /**

@@ -19,6 +19,7 @@ import {
   crashError,
 } from "./connection.ts";
 import {
+  armTotalDeadline,
   callHandle,
   onCallAbort,
   type PendingCall,
@@ -197,22 +198,21 @@ export abstract class ModeCore {
    * @param op The op.
    * @param args Its arguments.
    * @param options The call's options.
-   * @returns What the handler returned: awaitable, and for a streaming op
-   *   async-iterable.
+   * @returns The call, or why it was refused.
    */
-  call(
+  #admitCall(
     op: string,
     args: unknown[],
-    options?: CallOptions,
-  ): CallHandle {
-    if (this.closing) return refusedCall(op, this.closedError(op));
+    options: CallOptions | undefined,
+  ): PendingCall | { refused: unknown } {
+    if (this.closing) return { refused: this.closedError(op) };
     const refused = this.refuse(op);
-    if (refused) return refusedCall(op, refused);
+    if (refused) return { refused };
     let call: PendingCall;
     try {
       call = prepareCall(op, args, options, this.options);
     } catch (error: unknown) {
-      return refusedCall(op, error);
+      return { refused: error };
     }
     this.counters.calls++;
     this.#unsettled.add(call);
@@ -227,6 +227,46 @@ export abstract class ModeCore {
       },
     );
     onCallAbort(call, () => this.#abort(call, call.signal?.reason));
+    return call;
+  }
+
+  /**
+   * `call()`: a promise of what the handler returned (a streaming op: all
+   * its values in an array).
+   *
+   * @param op The op.
+   * @param args Its arguments.
+   * @param options The call's options.
+   * @returns What the handler returned.
+   */
+  call(op: string, args: unknown[], options?: CallOptions): Promise<unknown> {
+    const call = this.#admitCall(op, args, options);
+    if ("refused" in call) return Promise.reject(call.refused);
+    // Awaited as a whole from the start: a native promise, no handle.
+    call.awaited = true;
+    if (call.totalTimeoutMs > 0) {
+      armTotalDeadline(
+        call,
+        (reason) => this.#abort(call, reason),
+        this.options.label,
+      );
+    }
+    if (!call.settled) this.admit(call);
+    return call.promise;
+  }
+
+  /**
+   * The typed proxy's methods and `stream()`: a handle that is awaitable
+   * and, for a streaming op, async-iterable.
+   *
+   * @param op The op.
+   * @param args Its arguments.
+   * @param options The call's options.
+   * @returns The handle.
+   */
+  handle(op: string, args: unknown[], options?: CallOptions): CallHandle {
+    const call = this.#admitCall(op, args, options);
+    if ("refused" in call) return refusedCall(op, call.refused);
     const handle = callHandle(
       call,
       call.promise,

@@ -52,6 +52,13 @@ export interface StreamableCall {
   readonly onProgress: ((value: unknown) => void) | undefined;
   /** The stream, once the worker sent a value or a consumer started. */
   stream: StreamState | undefined;
+  /** Whether its promise has settled. */
+  readonly settled: boolean;
+  /**
+   * Whether the call is awaited as a whole: a stream made later collects,
+   * and the stream's end resolves the call with the collected values.
+   */
+  awaited?: boolean;
 }
 
 /** Defaults of the stream fields, for records made without call options. */
@@ -99,6 +106,7 @@ export class StreamState {
    */
   constructor(call: StreamableCall) {
     this.#call = call;
+    if (call.awaited) this.#collected = [];
   }
 
   /** Values held and not yet taken. */
@@ -301,18 +309,6 @@ export class CallHandle<T = unknown, Item = unknown>
     this.#call = call;
     this.#settled = settled;
     this.#cancel = cancel;
-    settled.then(
-      (value) => {
-        this.#outcome = value === STREAM_END
-          ? { kind: "end" }
-          : { kind: "value", value };
-        call.stream?.notify();
-      },
-      (error: unknown) => {
-        this.#outcome = { kind: "error", error };
-        call.stream?.notify();
-      },
-    );
   }
 
   /** @returns `"CallHandle"`. */
@@ -330,10 +326,19 @@ export class CallHandle<T = unknown, Item = unknown>
       );
     }
     this.#consumer = "await";
-    const collected = streamOf(this.#call).collect();
-    this.#promise = this.#settled.then((value) =>
-      (value === STREAM_END ? collected : value) as T
-    );
+    const call = this.#call;
+    call.stream?.collect();
+    if (!call.settled) {
+      // The end of a stream will resolve the call with the values collected:
+      // the caller gets the call's own promise, with no step in between (most
+      // calls never stream, and their stream state is never made).
+      call.awaited = true;
+      this.#promise = this.#settled as Promise<T>;
+    } else {
+      this.#promise = this.#settled.then((value) =>
+        (value === STREAM_END ? call.stream?.collect() ?? [] : value) as T
+      );
+    }
     return this.#promise;
   }
 
@@ -393,7 +398,20 @@ export class CallHandle<T = unknown, Item = unknown>
       );
     }
     this.#consumer = "iterate";
-    const stream = streamOf(this.#call);
+    const call = this.#call;
+    const stream = streamOf(call);
+    this.#settled.then(
+      (value) => {
+        this.#outcome = value === STREAM_END
+          ? { kind: "end" }
+          : { kind: "value", value };
+        stream.notify();
+      },
+      (error: unknown) => {
+        this.#outcome = { kind: "error", error };
+        stream.notify();
+      },
+    );
     let done = false;
     const finish = (): IteratorResult<Item, undefined> => {
       done = true;
@@ -443,6 +461,7 @@ export function refusedCall(op: string, error: unknown): CallHandle {
     windowBytes: DEFAULT_WINDOW.bytes,
     onProgress: undefined,
     stream: undefined,
+    settled: true,
   };
   return new CallHandle(call, Promise.reject(error), () => {});
 }

@@ -70,7 +70,7 @@ const STDOUT_CHECK_MS = 1_000;
 /**
  * One call on its way through a connection. Owned by a session or pool. A
  * streaming call's values go to its `stream`; its `end` resolves it with
- * `STREAM_END`.
+ * `STREAM_END`, or with the values collected when it is `awaited`.
  */
 export interface CallRecord extends StreamableCall {
   /** The request id (unique per parent process, so a retry may keep it). */
@@ -667,7 +667,10 @@ export class Connection {
       if (message.type === "result") {
         call.resolve(message.value);
       } else if (message.type === "end") {
-        call.resolve(STREAM_END);
+        // Awaited as a whole: the values it collected; iterated: the end.
+        call.resolve(
+          call.awaited ? call.stream?.collect() ?? [] : STREAM_END,
+        );
       } else {
         call.reject(
           toRemoteError(message.error, {

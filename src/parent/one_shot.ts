@@ -18,6 +18,7 @@ import {
   crashError,
 } from "./connection.ts";
 import {
+  armTotalDeadline,
   callHandle,
   createCall,
   onCallAbort,
@@ -297,8 +298,9 @@ export function oneShot<D = unknown>(
   const run = (
     op: string,
     args: unknown[],
-    callOptions?: CallOptions,
-  ): CallHandle => {
+    callOptions: CallOptions | undefined,
+    asPromise: boolean,
+  ): CallHandle | Promise<unknown> => {
     let call: PendingCall;
     let signal: AbortSignal | undefined;
     try {
@@ -317,14 +319,18 @@ export function oneShot<D = unknown>(
       );
       signal?.throwIfAborted();
     } catch (error: unknown) {
-      return refusedCall(op, error);
+      return asPromise ? Promise.reject(error) : refusedCall(op, error);
     }
     if (closing) {
-      return refusedCall(
+      const error = new SessionClosedError({
+        module: resolved.label,
         op,
-        new SessionClosedError({ module: resolved.label, op, kind: "oneShot" }),
-      );
+        kind: "oneShot",
+      });
+      return asPromise ? Promise.reject(error) : refusedCall(op, error);
     }
+    // `call()` is awaited as a whole: a stream resolves with its values.
+    if (asPromise) call.awaited = true;
     const spare = spares?.take();
     spares?.fill();
     let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
@@ -377,10 +383,14 @@ export function oneShot<D = unknown>(
         throw error;
       },
     );
-    return callHandle(call, settled, abort, resolved.label);
+    if (!asPromise) return callHandle(call, settled, abort, resolved.label);
+    armTotalDeadline(call, abort, resolved.label);
+    return settled;
   };
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
-    run(op, args, callOptions);
+    run(op, args, callOptions, true);
+  const handleOf = (op: string, args: unknown[], callOptions?: CallOptions) =>
+    run(op, args, callOptions, false);
   const close = (): Promise<void> => {
     closing ??= (async () => {
       await Promise.all([spares?.close(), ...active]);
@@ -389,9 +399,9 @@ export function oneShot<D = unknown>(
   };
   const handle = {
     call: call as WorkerCall<D>,
-    stream: call as WorkerStream<D>,
+    stream: handleOf as WorkerStream<D>,
     close,
     [Symbol.asyncDispose]: close,
   };
-  return withProxy<typeof handle, D>(handle, call);
+  return withProxy<typeof handle, D>(handle, handleOf);
 }

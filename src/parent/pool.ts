@@ -602,29 +602,50 @@ export function pool<D = unknown>(
   );
   const core = new PoolCore(resolved, limits, adapter, tracker);
   const route = limits.route;
+  /** Adds the `route(op, args)` key to a call that has none. */
+  const routed = (
+    op: string,
+    args: unknown[],
+    callOptions: CallOptions | undefined,
+  ): CallOptions | undefined => {
+    if (!route || callOptions?.key !== undefined) return callOptions;
+    const key: CallKey | undefined = checkKey(
+      route(op, args ?? []),
+      "route(op, args)",
+    );
+    return key === undefined ? callOptions : { ...callOptions, key };
+  };
   const call = (
     op: string,
     args: unknown[],
     callOptions?: CallOptions,
-  ): CallHandle => {
-    if (route && callOptions?.key === undefined) {
-      let key: CallKey | undefined;
-      try {
-        key = checkKey(route(op, args ?? []), "route(op, args)");
-      } catch (error: unknown) {
-        return refusedCall(op, error);
-      }
-      if (key !== undefined) callOptions = { ...callOptions, key };
+  ): Promise<unknown> => {
+    try {
+      callOptions = routed(op, args, callOptions);
+    } catch (error: unknown) {
+      return Promise.reject(error);
     }
     return core.call(op, args, callOptions);
   };
+  const handleOf = (
+    op: string,
+    args: unknown[],
+    callOptions?: CallOptions,
+  ): CallHandle => {
+    try {
+      callOptions = routed(op, args, callOptions);
+    } catch (error: unknown) {
+      return refusedCall(op, error);
+    }
+    return core.handle(op, args, callOptions);
+  };
   const handle = {
     call: call as WorkerCall<D>,
-    stream: call as WorkerStream<D>,
+    stream: handleOf as WorkerStream<D>,
     close: (closeOptions?: CloseOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
     invalidate: () => core.invalidate(),
     stats: () => core.stats(),
   };
-  return bindFaults(withProxy<typeof handle, D>(handle, call), resolved);
+  return bindFaults(withProxy<typeof handle, D>(handle, handleOf), resolved);
 }

@@ -353,9 +353,11 @@ export async function session<D = unknown>(
   await core.start();
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
     core.call(op, args, callOptions);
+  const handleOf = (op: string, args: unknown[], callOptions?: CallOptions) =>
+    core.handle(op, args, callOptions);
   const handle = {
     call: call as WorkerCall<D>,
-    stream: call as WorkerStream<D>,
+    stream: handleOf as WorkerStream<D>,
     restart: () => core.restart(),
     close: (closeOptions?: CloseOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
@@ -365,5 +367,5 @@ export async function session<D = unknown>(
     },
     stats: () => core.stats(),
   };
-  return bindFaults(withProxy<typeof handle, D>(handle, call), resolved);
+  return bindFaults(withProxy<typeof handle, D>(handle, handleOf), resolved);
 }
