@@ -21,9 +21,6 @@ export const DEFAULT_MAX_FRAME_BYTES: number = 256 * 1024 * 1024;
 /** The largest payload length the header can express. */
 export const MAX_FRAME_BYTES_LIMIT = 0xffffffff;
 
-/** Payloads larger than this are assembled in one exactly-sized buffer. */
-const LARGE_FRAME_BYTES = 64 * 1024;
-
 /** One frame's payload, split into the CBOR head and the attachment area. */
 export interface Frame {
   /** The encoded message. */
@@ -145,12 +142,12 @@ export class FrameReader {
   #max: number;
   #onFrame: (frame: Frame) => void;
   #onStray: (bytes: Uint8Array) => void;
-  /** Bytes kept between pushes (a partial header or a small partial frame). */
+  /** Bytes kept between pushes: a partial header or a partial magic. */
   #pending: Uint8Array | undefined;
-  /** A large frame being filled: its buffer, bytes filled, head length. */
-  #large: Uint8Array | undefined;
-  #largeFilled = 0;
-  #largeHead = 0;
+  /** A frame being filled: its payload buffer, bytes filled, head length. */
+  #partial: Uint8Array | undefined;
+  #partialFilled = 0;
+  #partialHead = 0;
   #failed: ProtocolError | undefined;
 
   /**
@@ -167,7 +164,7 @@ export class FrameReader {
 
   /** Bytes buffered and not yet emitted (for tests and memory accounting). */
   get bufferedBytes(): number {
-    return (this.#pending?.byteLength ?? 0) + this.#largeFilled;
+    return (this.#pending?.byteLength ?? 0) + this.#partialFilled;
   }
 
   /**
@@ -184,28 +181,28 @@ export class FrameReader {
       if (error instanceof ProtocolError) {
         this.#failed = error;
         this.#pending = undefined;
-        this.#large = undefined;
+        this.#partial = undefined;
       }
       throw error;
     }
   }
 
   #push(chunk: Uint8Array): void {
-    if (this.#large) {
-      const large = this.#large;
-      const need = large.byteLength - this.#largeFilled;
+    if (this.#partial) {
+      const partial = this.#partial;
+      const need = partial.byteLength - this.#partialFilled;
       const take = Math.min(need, chunk.byteLength);
-      large.set(
+      partial.set(
         take === chunk.byteLength ? chunk : chunk.subarray(0, take),
-        this.#largeFilled,
+        this.#partialFilled,
       );
-      this.#largeFilled += take;
-      if (this.#largeFilled < large.byteLength) return;
-      this.#large = undefined;
-      this.#largeFilled = 0;
+      this.#partialFilled += take;
+      if (this.#partialFilled < partial.byteLength) return;
+      this.#partial = undefined;
+      this.#partialFilled = 0;
       this.#onFrame({
-        head: large.subarray(0, this.#largeHead),
-        area: large.subarray(this.#largeHead),
+        head: partial.subarray(0, this.#partialHead),
+        area: partial.subarray(this.#partialHead),
       });
       if (take === chunk.byteLength) return;
       chunk = chunk.subarray(take);
@@ -274,15 +271,16 @@ export class FrameReader {
         pos = start + payload;
         continue;
       }
-      if (payload > LARGE_FRAME_BYTES) {
-        const large = new Uint8Array(payload);
-        large.set(data.subarray(start, end), 0);
-        this.#large = large;
-        this.#largeFilled = available;
-        this.#largeHead = head;
-        return;
-      }
-      break;
+      // A frame cut by the end of the chunk is assembled in one buffer of
+      // its exact size: each later byte is copied once (joining what is
+      // held with every new chunk made a frame trickled a byte at a time
+      // cost time quadratic in its size).
+      const partial = new Uint8Array(payload);
+      partial.set(data.subarray(start, end), 0);
+      this.#partial = partial;
+      this.#partialFilled = available;
+      this.#partialHead = head;
+      return;
     }
     if (pos < end) this.#pending = data.slice(pos, end);
   }
@@ -294,27 +292,20 @@ export class FrameReader {
    * @returns Whether a frame was truncated, and by how much.
    */
   end(): FrameReaderEnd {
-    if (this.#large) {
+    if (this.#partial) {
       const truncated = {
-        expectedBytes: this.#large.byteLength,
-        receivedBytes: this.#largeFilled,
+        expectedBytes: this.#partial.byteLength,
+        receivedBytes: this.#partialFilled,
       };
-      this.#large = undefined;
-      this.#largeFilled = 0;
+      this.#partial = undefined;
+      this.#partialFilled = 0;
       return { truncated };
     }
     const pending = this.#pending;
     this.#pending = undefined;
     if (!pending) return {};
-    if (pending.byteLength >= FRAME_HEADER_BYTES) {
-      const view = new DataView(pending.buffer, pending.byteOffset, 16);
-      return {
-        truncated: {
-          expectedBytes: view.getUint32(8),
-          receivedBytes: pending.byteLength - FRAME_HEADER_BYTES,
-        },
-      };
-    }
+    // What is held is shorter than a header: a frame's payload is held in
+    // the partial buffer as soon as its header is complete.
     if (pending.byteLength >= 4) {
       return {
         truncated: {
