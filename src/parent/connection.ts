@@ -359,17 +359,6 @@ export class Connection {
       this.#idleWaiters = [];
       for (const resolve of waiters) resolve();
     }
-    if (this.#stdoutHeld !== undefined) {
-      const busy = this.#pending.size > 0 && this.#exit === undefined;
-      if (busy && this.#stdoutCheck === undefined) {
-        const timer = setInterval(() => this.#checkStdout(), STDOUT_CHECK_MS);
-        (timer as { unref?: () => void }).unref?.();
-        this.#stdoutCheck = timer;
-      } else if (!busy && this.#stdoutCheck !== undefined) {
-        clearInterval(this.#stdoutCheck);
-        this.#stdoutCheck = undefined;
-      }
-    }
     if (this.#exit) return;
     this.#child.setRef(
       this.#pending.size > 0 || this.#cancelling.size > 0 || !this.#hello ||
@@ -395,14 +384,26 @@ export class Connection {
     }
     const pipe = stdoutTarget(pid);
     // A pipe, or a socket pair (Bun's node:child_process).
-    if (pipe?.startsWith("pipe:") || pipe?.startsWith("socket:")) {
-      this.#stdoutHeld = { pid, pipe };
-    }
+    if (!pipe?.startsWith("pipe:") && !pipe?.startsWith("socket:")) return;
+    this.#stdoutHeld = { pid, pipe };
+    // One unref'd timer for the worker's life: nothing on the call path.
+    const timer = setInterval(() => this.#checkStdout(), STDOUT_CHECK_MS);
+    (timer as { unref?: () => void }).unref?.();
+    this.#stdoutCheck = timer;
+  }
+
+  #stopStdoutCheck(): void {
+    this.#stdoutHeld = undefined;
+    if (this.#stdoutCheck !== undefined) clearInterval(this.#stdoutCheck);
+    this.#stdoutCheck = undefined;
   }
 
   #checkStdout(): void {
     const held = this.#stdoutHeld;
-    if (held === undefined || this.#exit !== undefined) return;
+    if (held === undefined || this.#pending.size === 0) {
+      this.#stdoutMissing = false;
+      return;
+    }
     // A process being torn down drops its files before it is a zombie:
     // only one seen running without its stdout twice, a check apart, closed
     // it on purpose.
@@ -414,7 +415,7 @@ export class Connection {
       this.#stdoutMissing = true;
       return;
     }
-    this.#stdoutHeld = undefined;
+    this.#stopStdoutCheck();
     this.#log.note("the worker closed its stdout");
     this.kill(
       "killed by airlock because it closed its stdout and kept running (it could never answer)",
@@ -729,6 +730,7 @@ export class Connection {
     };
     this.#exit = exit;
     this.#deadlines.stop();
+    this.#stopStdoutCheck();
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
     this.#cancelling.clear();
     if (!this.#hello) {
