@@ -32,7 +32,12 @@ function runtime(
   options: MemoryRuntimeOptions = {},
 ) {
   return memoryRuntime({
-    load: (child) => ({ default: memoryWorker(child.pid, { idempotent }) }),
+    load: (child) => ({
+      default: memoryWorker(child.pid, {
+        idempotent,
+        crash: () => child.crash("SIGKILL"),
+      }),
+    }),
     ...options,
   });
 }
@@ -188,6 +193,21 @@ describe("pool() limits and failures (in memory)", () => {
     rt.children[0]?.crash("SIGKILL");
     assert.equal(await within(call, 10_000, "retried call"), "again");
     assert.equal(rt.children.length, 2);
+  });
+
+  test("pool() a retried call that keeps crashing its worker fails with its attempts and their pids", async () => {
+    using rt = runtime(["crashSelf"]);
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 2,
+      maxRetries: 2,
+    });
+    const error = await rejection(p.crashSelf(), WorkerCrashedError);
+    assert.equal(error.attempts, 3);
+    assert.deepEqual(error.pids, rt.children.map((child) => child.pid));
+    assert.equal(error.pid, error.pids[2]);
+    assert.match(error.message, /after 3 attempts/);
+    assert.equal(p.stats().crashed, 3);
   });
 
   test("pool() fails queued calls with WorkerStartError when the module never loads", async () => {
