@@ -843,10 +843,9 @@ function secondsToDate(seconds: number): Date {
   return new Date(ms);
 }
 
-const HEX: readonly string[] = Array.from(
-  { length: 256 },
-  (_, i) => i.toString(16).padStart(2, "0"),
-);
+/** The ASCII codes of the hex digits. */
+const HEX_DIGITS = new TextEncoder().encode("0123456789abcdef");
+const asciiDecoder = new TextDecoder("latin1");
 
 function readBignum(): bigint {
   if (at >= end) throw truncated();
@@ -865,9 +864,17 @@ function readBignum(): bigint {
     return BigInt(value);
   }
   if (n === 8) return dataView.getBigUint64(start);
-  let hex = "0x";
-  for (let i = 0; i < n; i++) hex += HEX[data[start + i]!];
-  return BigInt(hex);
+  // Hex digits written as bytes and decoded at once: a string grown by
+  // one byte at a time cost 0.5 s for a 1 MiB bignum.
+  const hex = new Uint8Array(2 + 2 * n);
+  hex[0] = 0x30; // "0"
+  hex[1] = 0x78; // "x"
+  for (let i = 0; i < n; i++) {
+    const byte = data[start + i]!;
+    hex[2 + 2 * i] = HEX_DIGITS[byte >> 4]!;
+    hex[3 + 2 * i] = HEX_DIGITS[byte & 15]!;
+  }
+  return BigInt(asciiDecoder.decode(hex));
 }
 
 function readRegExp(): RegExp {

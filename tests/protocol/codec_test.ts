@@ -442,6 +442,22 @@ describe("encodeValue() and decodeValue() round trips", () => {
     assertSame(roundTrip(5n), 5n);
   });
 
+  test("encodeValue() and decodeValue() keep bigints of every size, up to 64 KiB of bytes", () => {
+    const values = [
+      2n ** 64n,
+      -(2n ** 64n) - 1n,
+      2n ** 524288n - 1n,
+      -(3n ** 100_000n),
+      BigInt(`0x${"0123456789abcdef".repeat(1000)}`),
+    ];
+    for (const value of values) assert.equal(roundTrip(value), value);
+    // Leading zero bytes on the wire are allowed.
+    assert.equal(
+      decodeValue(bytes(0xc2, 0x4a, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2)),
+      0x0102n,
+    );
+  });
+
   test("decodeValue() reads half, single and double precision floats", () => {
     const cases: [number[], number][] = [
       [[0xf9, 0x3c, 0x00], 1],
