@@ -6,7 +6,7 @@
 // stream_test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { session, WorkerCrashedError } from "../../mod.ts";
+import { type CallOptions, session, WorkerCrashedError } from "../../mod.ts";
 import { defineWorker } from "../../worker.ts";
 import { memoryRuntime } from "../_memory_adapter.ts";
 import { captureLog, fixture, rejection, until } from "../_helpers.ts";
@@ -109,5 +109,32 @@ describe("stream window (in memory)", () => {
     }, WorkerCrashedError);
     assert.equal(failure.signal, "SIGKILL");
     assert.equal(failure.op, "count");
+  });
+
+  test("stream() and call() refuse bad stream options with TypeError or RangeError, naming them", async () => {
+    using _rt = runtime();
+    await using s = await session<W>(MODULE, quiet);
+    const iterate = async (options: unknown) => {
+      for await (const _ of s.stream("count", [0], options as CallOptions)) {
+        break;
+      }
+    };
+    for (
+      const [options, errorClass, name] of [
+        [{ windowItems: 0 }, RangeError, "windowItems"],
+        [{ windowItems: 1.5 }, RangeError, "windowItems"],
+        [{ windowBytes: "4 MiB" }, TypeError, "windowBytes"],
+        [{ totalTimeoutMs: -1 }, RangeError, "totalTimeoutMs"],
+        [{ onProgress: "log" }, TypeError, "onProgress"],
+      ] as const
+    ) {
+      const viaStream = await rejection(() => iterate(options), errorClass);
+      assert.match(viaStream.message, new RegExp(`"${name}"`));
+      const viaCall = await rejection(
+        s.call("count", [0], options as unknown as CallOptions),
+        errorClass,
+      );
+      assert.match(viaCall.message, new RegExp(`"${name}"`));
+    }
   });
 });
