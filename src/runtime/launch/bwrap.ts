@@ -85,6 +85,13 @@ export interface BwrapOptions {
   /** Granted write paths (absolute), or `true` for the whole file system. Must exist to be visible. */
   write: ResolvedScopes;
   /**
+   * A file descriptor (open in bubblewrap) holding a seccomp BPF program,
+   * installed on the worker (`--seccomp FD`).
+   *
+   * @default {undefined}
+   */
+  seccompFd?: string;
+  /**
    * Paths that get an empty private tmpfs, mounted after the binds (e.g.
    * Deno's `location_data` inside a writable cache: web storage that must
    * not outlive the process).
@@ -138,6 +145,12 @@ export interface SandboxedArgvOptions {
   env: Readonly<Record<string, string>>;
   /** The worker's working directory. */
   cwd: string;
+  /**
+   * The descriptor holding a seccomp filter for bubblewrap to install.
+   *
+   * @default {undefined}
+   */
+  seccompFd?: string;
 }
 
 /**
@@ -164,6 +177,9 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
     ffi: permissions.ffi,
     env: options.env,
     cwd: options.cwd,
+    ...(options.seccompFd === undefined
+      ? {}
+      : { seccompFd: options.seccompFd }),
   });
 }
 
@@ -304,6 +320,9 @@ export function bwrapArgv(options: BwrapOptions): string[] {
   }
   for (const mount of mounts) argv.push(...mount.args);
   if (!writable.includes("/")) argv.push("--remount-ro", "/");
+  if (options.seccompFd !== undefined) {
+    argv.push("--seccomp", options.seccompFd);
+  }
   argv.push("--chdir", cwd, "--", ...options.command);
   return argv;
 }

@@ -37,10 +37,13 @@ import {
   runtimeBinary,
 } from "./lookups.ts";
 import {
+  isExecutableFile,
   recordWorkerWritable,
   resolveProgram,
   writableByWorker,
 } from "./executable.ts";
+import { seccompFile } from "./seccomp_file.ts";
+import { seccompArch, seccompFilter } from "../confine/seccomp.ts";
 import {
   denoCacheMounts,
   projectRoot,
@@ -399,6 +402,8 @@ function sandboxWrappers(
       runtimeBinary: inner.binary,
       permissions: input.permissions,
       cwd: input.cwd,
+      // Without the Landlock step, bubblewrap installs the seccomp filter.
+      ...(wrappers.length === 0 ? { seccomp: bwrapSeccomp(input) } : {}),
     }));
   }
   if (wrappers.length === 0) return [];
@@ -407,6 +412,44 @@ function sandboxWrappers(
     ...(inner.codeMounts?.() ?? []),
   ];
   return wrappers;
+}
+
+/** The shell that opens the seccomp filter for bubblewrap. */
+const SHELL = "/bin/sh";
+
+/**
+ * The seccomp filter bubblewrap installs when no Landlock step does (see
+ * `confine/seccomp.ts` for the list): its file and the shell that opens it.
+ *
+ * @throws {PermissionError} when it cannot be built or written.
+ */
+function bwrapSeccomp(
+  input: WorkerCommandInput,
+): { file: string; shell: string } {
+  const fail = (detail: string, cause?: unknown): never => {
+    throw new PermissionError(
+      `cannot install the seccomp filter in bubblewrap: ${detail}`,
+      {
+        module: input.label,
+        permission: "sandbox",
+        ...(cause === undefined ? {} : { cause }),
+      },
+    );
+  };
+  if (seccompArch(process.arch) === undefined) {
+    return fail(`no system call table for the architecture "${process.arch}"`);
+  }
+  if (!isExecutableFile(SHELL, (detail) => fail(detail))) {
+    return fail(`${SHELL} is missing`);
+  }
+  try {
+    return {
+      file: seccompFile(seccompFilter(input.permissions)),
+      shell: SHELL,
+    };
+  } catch (error: unknown) {
+    return fail(error instanceof Error ? error.message : String(error), error);
+  }
 }
 
 /**

@@ -24,7 +24,18 @@ export interface BwrapWrapperOptions {
   permissions: ResolvedPermissions;
   /** The worker's working directory. */
   cwd: string;
+  /**
+   * A seccomp filter for bubblewrap to install (`--seccomp`), when no inner
+   * layer installs one: the file holding the BPF program (in a directory no
+   * worker may write) and the shell that opens it as fd 3 for bubblewrap.
+   *
+   * @default {undefined}
+   */
+  seccomp?: { file: string; shell: string };
 }
+
+/** The descriptor bubblewrap reads the seccomp filter from. */
+const SECCOMP_FD = "3";
 
 /**
  * The bubblewrap wrapper: the inner command runs in the sandbox with the
@@ -39,18 +50,31 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
   return {
     name: "bwrap",
     wrap(inner: LaunchStep) {
+      const argv = sandboxedArgv({
+        bwrap: options.bwrap,
+        runtimeBinary: options.runtimeBinary,
+        command: inner.argv,
+        readOnly: inner.readOnly,
+        writable: inner.writable ?? [],
+        scratch: inner.scratch ?? [],
+        permissions: options.permissions,
+        env: inner.env,
+        cwd: options.cwd,
+        ...(options.seccomp ? { seccompFd: SECCOMP_FD } : {}),
+      });
+      const seccomp = options.seccomp;
+      if (seccomp !== undefined) {
+        // fd 3 opened on the filter by a shell that then execs bubblewrap
+        // (no process between).
+        argv.unshift(
+          seccomp.shell,
+          "-c",
+          `exec "$@" ${SECCOMP_FD}<"$0"`,
+          seccomp.file,
+        );
+      }
       return {
-        argv: sandboxedArgv({
-          bwrap: options.bwrap,
-          runtimeBinary: options.runtimeBinary,
-          command: inner.argv,
-          readOnly: inner.readOnly,
-          writable: inner.writable ?? [],
-          scratch: inner.scratch ?? [],
-          permissions: options.permissions,
-          env: inner.env,
-          cwd: options.cwd,
-        }),
+        argv,
         env: {},
         readOnly: [options.bwrap],
         mapExit: exitThroughWrapper,
