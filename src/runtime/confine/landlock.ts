@@ -26,6 +26,7 @@ import {
   NETWORK_PATHS,
   PROGRAM_PATHS,
 } from "../launch/bwrap.ts";
+import { normalizePath } from "../launch/paths.ts";
 
 /** Landlock's file-system access rights (`LANDLOCK_ACCESS_FS_*`), with the ABI that introduced each. */
 export const LANDLOCK_ACCESS_FS = {
@@ -221,7 +222,7 @@ export function landlockRuleset(
   const fs = handledFs(abi);
   const paths: LandlockPathRule[] = [];
   const add = (path: string, access: number, name: string): void => {
-    paths.push({ path: absolute(path, name), access: access & fs });
+    paths.push({ path: normalizePath(path, name), access: access & fs });
   };
 
   for (const path of LIBRARY_PATHS) add(path, ACCESS_READ_EXECUTE, "library");
@@ -354,16 +355,4 @@ export function portOf(scope: string): number | undefined {
   if (!match) return undefined;
   const port = Number(match[1]);
   return port <= 65535 ? port : undefined;
-}
-
-function absolute(path: string, name: string): string {
-  if (typeof path !== "string" || !posix.isAbsolute(path)) {
-    throw new RangeError(
-      `Invalid Landlock path "${name}": expected an absolute path, received ${
-        JSON.stringify(path)
-      }`,
-    );
-  }
-  const normalized = posix.normalize(path);
-  return normalized.length > 1 ? normalized.replace(/\/+$/, "") : normalized;
 }

@@ -15,7 +15,7 @@
 import { isAbsolute } from "../node_builtins.ts";
 import type { ResolvedPermissions, ResolvedScopes } from "../permissions.ts";
 import { envNameProblem, isGranted } from "../permissions.ts";
-import { covers, depth, minimal, normalizePath } from "./_paths.ts";
+import { covers, depth, minimal, normalizePath } from "./paths.ts";
 
 /**
  * Directories of shared libraries, mounted read-only when they exist: the

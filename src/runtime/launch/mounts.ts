@@ -16,7 +16,7 @@ import {
   realpathSync,
   statSync,
 } from "../node_builtins.ts";
-import { covers, normalizePath } from "./_paths.ts";
+import { covers, normalizePath } from "./paths.ts";
 import { writableByWorker } from "./executable.ts";
 
 /**

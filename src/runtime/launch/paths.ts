@@ -1,7 +1,7 @@
 /**
- * Path helpers shared by the bubblewrap argv builder and mount discovery:
- * normalising absolute paths and comparing them as trees. Pure. Private to
- * src/runtime/launch.
+ * Path helpers shared by the sandbox backends (the bubblewrap argv builder,
+ * mount discovery, the Landlock ruleset): normalising absolute paths and
+ * comparing them as trees. Pure.
  *
  * @module
  */
