@@ -14,6 +14,7 @@ import {
 } from "../errors.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import { buildWorkerCommand } from "../runtime/launch/command.ts";
+import { wrapperFailure } from "../runtime/launch/exit.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import {
   type CallRecord,
@@ -77,7 +78,11 @@ function isFinal(error: unknown): boolean {
   return error instanceof WorkerTimeoutError ||
     (error instanceof WorkerStartError &&
       (error.failure === "import" || error.failure === "definition" ||
-        error.failure === "spawn" || error.failure === "setup"));
+        error.failure === "spawn" || error.failure === "setup" ||
+        // A wrapper (bubblewrap, setpriv, the Landlock step) that could not
+        // start the worker fails the same way again: spawn-class.
+        (error.failure === "exited" &&
+          wrapperFailure(error.stderrTail ?? "") !== undefined)));
 }
 
 /**

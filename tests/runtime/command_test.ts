@@ -4,6 +4,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   chmodSync,
+  mkdirSync,
   mkdtempSync,
   realpathSync,
   rmSync,
@@ -15,10 +16,12 @@ import process from "node:process";
 import { oneShot, session, WorkerStartError } from "../../mod.ts";
 import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
 import { findExecutable } from "../../src/runtime/launch/executable.ts";
+import { wrapperFailure } from "../../src/runtime/launch/exit.ts";
 import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { detect } from "../../src/runtime/detect.ts";
 import {
+  captureLog,
   checkNoLeaks,
   fixture,
   needs,
@@ -160,4 +163,48 @@ describe("starting a worker that cannot run", () => {
       assert.equal(await worker.add(2, 3), 5);
     },
   );
+});
+
+describe("wrapper failures", () => {
+  test("wrapperFailure() names the line of bubblewrap, setpriv or the Landlock step", () => {
+    assert.equal(
+      wrapperFailure("noise\nbwrap: execvp /x: No such file or directory\n"),
+      "bwrap: execvp /x: No such file or directory",
+    );
+    assert.equal(
+      wrapperFailure("airlock confine: landlock_restrict_self failed"),
+      "airlock confine: landlock_restrict_self failed",
+    );
+    assert.equal(wrapperFailure("TypeError: x is not a function\n"), undefined);
+  });
+
+  test("a worker its sandbox cannot exec fails at once, never retried", {
+    ...needsSandbox(),
+  }, async () => {
+    // The script's interpreter exists on the host but is not mounted in the
+    // sandbox: the exec fails inside, in the wrapper.
+    const bin = join(scratch, "interp-bin");
+    const app = join(scratch, "interp-app");
+    mkdirSync(bin);
+    mkdirSync(app);
+    writeFileSync(join(bin, "interp"), "#!/bin/sh\nexit 0\n");
+    chmodSync(join(bin, "interp"), 0o755);
+    const script = join(app, "worker.sh");
+    writeFileSync(script, `#!${join(bin, "interp")}\n`);
+    chmodSync(script, 0o755);
+    const started = Date.now();
+    const error = await session(fixture("basic_worker.ts"), {
+      command: [script],
+      maxRetries: 3,
+      ...captureLog(),
+    }).then(() => undefined, (e: unknown) => e);
+    assert.ok(error instanceof WorkerStartError, String(error));
+    assert.notEqual(error.failure, "retries", error.message);
+    assert.ok(
+      wrapperFailure(error.stderrTail ?? "") !== undefined,
+      error.stderrTail,
+    );
+    // No backoff of three retries (50 + 200 + 800 ms) was spent.
+    assert.ok(Date.now() - started < 30_000);
+  });
 });

@@ -59,3 +59,45 @@ export function exitAsIs(
 ): ExitStatus {
   return { code, signal };
 }
+
+/** What a wrapper prints when it, not the worker, failed. */
+const WRAPPER_FAILURES: readonly RegExp[] = [
+  // bubblewrap's own errors: a mount, a namespace, the exec of the command.
+  /^bwrap: /m,
+  // setpriv could not exec the command.
+  /^setpriv: /m,
+  // The Landlock confine step (exit code 126, "airlock confine: …").
+  /^airlock confine: /m,
+];
+
+/**
+ * Whether a worker that exited before it was ready was stopped by one of
+ * its wrappers (bubblewrap, setpriv, the Landlock step) rather than by its
+ * own code: such a start fails the same way every time, so it is not
+ * retried. Recognised by the wrapper's own prefix on stderr.
+ *
+ * @param stderrTail The tail of the process's stderr.
+ * @returns The wrapper's message line, or `undefined`.
+ *
+ * @example
+ * ```ts
+ * import { wrapperFailure } from "./exit.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(
+ *   wrapperFailure("bwrap: execvp /opt/bun: No such file or directory\n"),
+ *   "bwrap: execvp /opt/bun: No such file or directory",
+ * );
+ * assert.equal(wrapperFailure("Error: boom\n"), undefined);
+ * ```
+ */
+export function wrapperFailure(stderrTail: string): string | undefined {
+  for (const pattern of WRAPPER_FAILURES) {
+    const match = pattern.exec(stderrTail);
+    if (match) {
+      const end = stderrTail.indexOf("\n", match.index);
+      return stderrTail.slice(match.index, end === -1 ? undefined : end);
+    }
+  }
+  return undefined;
+}
