@@ -29,8 +29,10 @@ export class Refusal extends Error {
   }
 }
 
+/** The label of a refusal for depth (a cycle, usually: see findCycle). */
 export const DEPTH_LABEL = "deeply nested value";
 
+/** Why an object of another class cannot cross, naming its kind. */
 export function refuseObject(v: object, proto: unknown): Refusal {
   if (v instanceof Promise) return new Refusal("a promise", "promise");
   for (
@@ -75,16 +77,19 @@ export function refuseObject(v: object, proto: unknown): Refusal {
   );
 }
 
+/** Adds a path segment to a refusal unwinding through a container. */
 export function prependPath(error: unknown, segment: string): unknown {
   if (error instanceof Refusal) error.path = segment + error.path;
   return error;
 }
 
+/** The path segment of an object key: `.name` or `["odd key"]`. */
 export function keySegment(key: string): string {
   if (key.length > 40) return `[${JSON.stringify(`${key.slice(0, 40)}…`)}]`;
   return IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
 }
 
+/** A short text of a Map key for a path: `.get("a")`. */
 export function preview(key: unknown): string {
   switch (typeof key) {
     case "string":
@@ -102,6 +107,7 @@ export function preview(key: unknown): string {
   }
 }
 
+/** A path as shown in a message, cut after 240 characters. */
 export function formatPath(path: string): string {
   if (path === "") return "value";
   const bare = path.startsWith(".") ? path.slice(1) : path;
@@ -119,6 +125,10 @@ const CROSSING: Readonly<Record<CrossingDirection | "unknown", string>> = {
   "unknown": "cannot cross to another process",
 };
 
+/**
+ * The `TypeError` a caller sees for a refusal: where the value sits, what it
+ * is, and which way it was going.
+ */
 export function refusalToTypeError(
   refusal: Refusal,
   root: unknown,

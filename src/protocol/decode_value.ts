@@ -5,10 +5,12 @@
  * no claimed length is trusted before it has been checked against the bytes
  * that are really there.
  *
- * Rows of plain objects with the same keys are common; the decoder
- * remembers key sequences it has seen (up to 256, at most 16 new ones per
- * decode, identifier keys only) and builds later objects of that shape with
- * one object literal compiled for it, after checking each key's bytes. The
+ * Rows of plain objects with the same keys are common; once 16 objects had
+ * the same key sequence, the decoder compiles one object literal for it and
+ * builds later objects of that shape with it, after checking each key's
+ * bytes (identifier keys only; up to 256 shapes kept, 4 compiled per decode
+ * and 512 in the life of the process, so that compiling stays a bounded
+ * cost whatever a worker sends). The
  * compiled text holds nothing but the identifier keys (checked against
  * `/^[A-Za-z_$][\w$]*$/`, `__proto__` excluded), so wire bytes never become
  * code; a runtime that refuses to compile falls back to key-by-key stores.
@@ -488,8 +490,22 @@ function readTextItem(what: string): string {
 const MAX_SHAPE_KEYS = 32;
 /** Shapes kept; the cache starts over when it is full. */
 const MAX_SHAPES = 256;
-/** New shapes one decode may compile (each costs a function). */
-const MAX_SHAPES_PER_DECODE = 16;
+/**
+ * A key sequence is compiled once this many objects had it (compiling costs
+ * 15-250 µs, which rows repay; a worker sending ever new shapes must not
+ * make the parent compile for every few bytes it sends).
+ */
+const SIGHTINGS_TO_COMPILE = 16;
+/** New shapes one decode may compile. */
+const MAX_SHAPES_PER_DECODE = 4;
+/**
+ * Shapes one process compiles in its life, at most: past it, objects are
+ * built key by key (correct, slower), so no input can make compiling cost
+ * more than this many compiles in all.
+ */
+const MAX_SHAPES_COMPILED = 512;
+/** Key sequences being counted; the table starts over when it is full. */
+const MAX_CANDIDATES = 1024;
 /** Keys that can be written in an object literal as they are. */
 const SHAPE_KEY = /^[A-Za-z_$][\w$]*$/;
 
@@ -507,7 +523,11 @@ interface Shape {
 
 /** Shapes by their first key. */
 const shapes = new Map<string, Shape>();
+/** Key sequences not compiled yet, by first key, with how often they came. */
+const candidates = new Map<string, { keys: string[]; seen: number }>();
+/** Shapes compiled by this decode, and by this process. */
 let shapesMade = 0;
+let shapesCompiled = 0;
 /** Whether a decode is running (a custom type's decode may start another). */
 let decoding = false;
 /** Values of the objects being built, above `stackTop`. */
@@ -584,10 +604,33 @@ function readObjectLearning(
     keys.push(key);
     setEntry(object, key, decodeItem(depth + 1));
   }
-  if (canCompile && shapesMade < MAX_SHAPES_PER_DECODE) {
+  if (
+    canCompile && shapesMade < MAX_SHAPES_PER_DECODE &&
+    shapesCompiled < MAX_SHAPES_COMPILED && sighted(keys)
+  ) {
     remember(keys, ranges);
   }
   return object;
+}
+
+/** Counts an object's key sequence; whether it is now worth compiling. */
+function sighted(keys: string[]): boolean {
+  const first = keys[0]!;
+  const candidate = candidates.get(first);
+  if (candidate === undefined || !sameKeys(candidate.keys, keys)) {
+    if (candidates.size >= MAX_CANDIDATES) candidates.clear();
+    candidates.set(first, { keys, seen: 1 });
+    return false;
+  }
+  if (++candidate.seen < SIGHTINGS_TO_COMPILE) return false;
+  candidates.delete(first);
+  return true;
+}
+
+function sameKeys(a: string[], b: string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** Compiles and stores the shape of these keys, if they can make one. */
@@ -624,6 +667,7 @@ function remember(keys: string[], ranges: number[]): void {
     return;
   }
   shapesMade++;
+  shapesCompiled++;
   if (shapes.size >= MAX_SHAPES) shapes.clear();
   shapes.set(keys[0]!, { keys, bytes, starts, build });
 }

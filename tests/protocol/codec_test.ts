@@ -1178,7 +1178,14 @@ describe("encodeValue() plain objects", () => {
 
 describe("decodeValue() objects of a repeated shape", () => {
   test("decodeValue() builds rows of the same keys exactly, across decodes and after a key differs", () => {
+    // 40 rows of one shape first: a shape is compiled after 16 sightings.
+    const same = Array.from({ length: 40 }, (_, i) => ({
+      id: -i,
+      name: `s${i}`,
+      tags: [i],
+    }));
     const rows = [
+      ...same,
       { id: 1, name: "a", tags: ["x"] },
       { id: 2, name: "b", tags: [] },
       { id: 3, other: "c", tags: [] },
@@ -1196,12 +1203,13 @@ describe("decodeValue() objects of a repeated shape", () => {
     const special = JSON.parse(
       '{"__proto__": 1, "constructor": 2, "toString": 3, "a b": 4, "0": 5}',
     );
-    const rows = [
-      { constructor: 1, toString: 2, valueOf: 3, __defineGetter__: 4 },
-      special,
-      { constructor: 5, toString: 6, valueOf: 7, __defineGetter__: 8 },
-      special,
-    ];
+    const inherited = Array.from({ length: 20 }, (_, i) => ({
+      constructor: i,
+      toString: 2,
+      valueOf: 3,
+      __defineGetter__: 4,
+    }));
+    const rows = [...inherited, special, ...inherited, special];
     for (let round = 0; round < 2; round++) {
       const decoded = roundTrip(rows) as Record<string, unknown>[];
       assertSame(decoded, rows);
@@ -1210,7 +1218,7 @@ describe("decodeValue() objects of a repeated shape", () => {
         assert.ok(Object.hasOwn(row, "constructor"));
         assert.ok(Object.hasOwn(row, "toString"));
       }
-      assert.ok(Object.hasOwn(decoded[1]!, "__proto__"));
+      assert.ok(Object.hasOwn(decoded[20]!, "__proto__"));
     }
     assert.equal(({} as { polluted?: unknown }).polluted, undefined);
   });
@@ -1236,7 +1244,7 @@ describe("decodeValue() objects of a repeated shape", () => {
       decode: (head) =>
         new Nested(decodeValue(head) as { id: number; name: string }[]),
     });
-    const rows = [1, 2, 3].map((i) => ({
+    const rows = Array.from({ length: 20 }, (_, i) => ({
       id: i,
       nested: new Nested([{ id: i, name: "n" }, { id: -i, name: "m" }]),
       name: `r${i}`,
@@ -1252,7 +1260,7 @@ describe("decodeValue() objects of a repeated shape", () => {
   });
 
   test("decodeValue() refuses a truncated row of a known shape", () => {
-    const rows = [{ alpha: 1, beta: 2 }, { alpha: 3, beta: 4 }];
+    const rows = Array.from({ length: 20 }, (_, i) => ({ alpha: i, beta: 2 }));
     const { head } = encodeValue(rows);
     decodeValue(head);
     for (let cut = 1; cut < head.byteLength; cut++) {
