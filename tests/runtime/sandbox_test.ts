@@ -18,6 +18,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import {
   bwrapArgv,
+  bwrapEnvironment,
   type BwrapOptions,
   bwrapProbeArgv,
   LIBRARY_PATHS,
@@ -122,7 +123,6 @@ describe("bwrapArgv() namespaces and process", () => {
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--unshare-net",
-        "--clearenv",
       ]
     ) {
       assert.ok(flags.includes(flag), flag);
@@ -148,14 +148,31 @@ describe("bwrapArgv() namespaces and process", () => {
     );
   });
 
-  test("bwrapArgv() clears the environment and sets exactly the given variables", () => {
-    const argv = bwrapArgv({ ...BASE, env: { A: "1", B: "two words", C: "" } });
+  test("bwrapArgv() puts only the variables that act at start on its command line; bwrapEnvironment() gives bubblewrap the rest", () => {
+    const env = {
+      A: "1",
+      B: "two words",
+      C: "",
+      LD_PRELOAD: "/lib/x.so",
+      GCONV_PATH: "/g",
+      ENV: "/e.sh",
+      "BASH_FUNC_exec%%": "() { :; }",
+    };
+    const argv = bwrapArgv({ ...BASE, env });
     const { ops } = parse(argv);
     assert.deepEqual(
       ops.filter(({ op }) => op === "--setenv").map(({ args }) => args),
-      [["A", "1"], ["B", "two words"], ["C", ""]],
+      [
+        ["LD_PRELOAD", "/lib/x.so"],
+        ["GCONV_PATH", "/g"],
+        ["ENV", "/e.sh"],
+        ["BASH_FUNC_exec%%", "() { :; }"],
+      ],
     );
-    assert.ok(argv.indexOf("--clearenv") < argv.indexOf("--setenv"));
+    // bubblewrap passes its own environment on: clearing it would lose it.
+    assert.ok(!argv.includes("--clearenv"));
+    assert.ok(!argv.includes("two words"));
+    assert.deepEqual(bwrapEnvironment(env), { A: "1", B: "two words", C: "" });
   });
 
   test("bwrapArgv() rejects variable names bwrap cannot set", () => {
@@ -896,9 +913,11 @@ async function probeInSandbox(runtime: "deno" | "bun"): Promise<{
       env,
       cwd: a,
     });
-    // The parent's own environment holds a secret the worker must not see.
+    // bubblewrap passes on the environment it is started with, which is
+    // the worker's (bwrapEnvironment), never the parent's: SECRET, in the
+    // parent's, is absent.
     const result = await within(
-      run(argv, { SECRET: "parent-secret", PATH: "/usr/bin:/bin" }),
+      run(argv, bwrapEnvironment(env)),
       60_000,
       `sandboxed ${runtime} probe`,
     );
@@ -1012,7 +1031,11 @@ describe("bwrapArgv() confines real workers", () => {
         command,
         env: { DENO_DIR: "/tmp/.deno" },
       });
-      const result = await within(run(argv, {}), 30_000, "sandboxed kill");
+      const result = await within(
+        run(argv, bwrapEnvironment({ DENO_DIR: "/tmp/.deno" })),
+        30_000,
+        "sandboxed kill",
+      );
       assert.equal(result.code, 137);
       assert.deepEqual(exitThroughWrapper(result.code, null), {
         code: null,
@@ -1049,7 +1072,11 @@ describe("bwrapArgv() confines real workers", () => {
         env: { DENO_DIR: "/tmp/.deno" },
         cwd: out,
       });
-      const result = await within(run(argv, {}), 30_000, "sandboxed write");
+      const result = await within(
+        run(argv, bwrapEnvironment({ DENO_DIR: "/tmp/.deno" })),
+        30_000,
+        "sandboxed write",
+      );
       assert.equal(result.code, 0, result.stderr);
       assert.equal(readFileSync(join(out, "kept.txt"), "utf8"), "kept");
       assert.equal(existsSync(join(scratch, "lost.txt")), false);

@@ -24,6 +24,17 @@ export const CONFINE_FAILED_EXIT_CODE = 126;
 export const LANDLOCK_ACCESS_FILE: number = (1 << 0) | (1 << 1) | (1 << 2) |
   (1 << 14) | (1 << 15);
 
+/**
+ * The prefix under which the confine step receives the worker's variables.
+ * The step runs before any confinement, so no variable its runtime or the
+ * dynamic loader acts on (`LD_PRELOAD`, `BUN_OPTIONS=--preload=…`,
+ * `NODE_OPTIONS`, …) may reach it under its own name: every variable of the
+ * worker travels as `AIRLOCK_CONFINE_HELD_<NAME>` (in the environment, never
+ * on the command line, where any process could read its value), and the step
+ * gives each back its name at `execve`, after confinement.
+ */
+export const CONFINE_HELD_ENV_PREFIX = "AIRLOCK_CONFINE_HELD_";
+
 /** The prefix of every line the confine step writes to stderr. */
 export const CONFINE_STDERR_PREFIX = "airlock confine:";
 
@@ -40,8 +51,10 @@ export interface ConfineSpec {
   /** The command to exec; a program without a slash is looked up on the step's PATH. */
   readonly argv: readonly string[];
   /**
-   * Changes from the step's environment to the worker's: a value replaces
-   * the variable, `null` removes it. The step itself may need variables the
+   * Changes from the step's environment to the worker's, applied after the
+   * held variables ({@linkcode CONFINE_HELD_ENV_PREFIX}) get their names
+   * back: a value replaces the variable, `null` removes the step's own
+   * (a held variable of the same name is the worker's and stays). The step itself may need variables the
    * worker must not see or must see otherwise (Deno's `DENO_DIR`: the step
    * reads its compiled code from the parent's cache, which a worker with a
    * writable cache of its own could otherwise poison).

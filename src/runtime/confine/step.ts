@@ -17,6 +17,7 @@
 
 import {
   CONFINE_FAILED_EXIT_CODE,
+  CONFINE_HELD_ENV_PREFIX,
   CONFINE_STDERR_PREFIX,
   type ConfineSpec,
   decodeConfineSpec,
@@ -235,16 +236,24 @@ function cStringBytes(bytes: Uint8Array): Uint8Array {
 }
 
 /**
- * Splits `/proc/self/environ` into its NUL-terminated entries, with the
- * spec's changes applied (replaced and removed variables).
+ * Splits `/proc/self/environ` into its NUL-terminated entries and makes the
+ * worker's environment of them: a held variable
+ * (`AIRLOCK_CONFINE_HELD_<NAME>`) gets its name back and wins over an entry
+ * of the same name; then the spec's changes apply to the step's own
+ * entries (a value replaces, `null` removes).
  */
 function environEntries(
   block: Uint8Array,
   changes: Readonly<Record<string, string | null>>,
 ): Uint8Array[] {
-  const changed = Object.keys(changes).map((name) =>
-    encoder.encode(`${name}=`)
-  );
+  const held = encoder.encode(CONFINE_HELD_ENV_PREFIX);
+  const startsWith = (entry: Uint8Array, prefix: Uint8Array): boolean =>
+    entry.byteLength >= prefix.byteLength &&
+    prefix.every((byte, index) => entry[index] === byte);
+  const nameOf = (entry: Uint8Array): Uint8Array => {
+    const end = entry.indexOf(61); // "="
+    return entry.subarray(0, end < 0 ? entry.byteLength : end + 1);
+  };
   const entries: Uint8Array[] = [];
   let start = 0;
   for (let index = 0; index < block.byteLength; index++) {
@@ -254,13 +263,24 @@ function environEntries(
     }
   }
   if (start < block.byteLength) entries.push(cStringBytes(block.slice(start)));
-  const kept = entries.filter((entry) =>
-    !changed.some((prefix) =>
-      prefix.every((byte, index) => entry[index] === byte)
-    )
+  const restored = entries.filter((entry) => startsWith(entry, held)).map(
+    (entry) => entry.slice(held.byteLength),
   );
+  const restoredNames = restored.map(nameOf);
+  const changed = Object.keys(changes).map((name) =>
+    encoder.encode(`${name}=`)
+  );
+  const own = entries.filter((entry) =>
+    !startsWith(entry, held) &&
+    !changed.some((prefix) => startsWith(entry, prefix)) &&
+    !restoredNames.some((prefix) => startsWith(entry, prefix))
+  );
+  const kept = [...restored, ...own];
   for (const [name, value] of Object.entries(changes)) {
-    if (value !== null) kept.push(cString(`${name}=${value}`));
+    const prefix = encoder.encode(`${name}=`);
+    if (value !== null && !restoredNames.some((n) => startsWith(n, prefix))) {
+      kept.push(cString(`${name}=${value}`));
+    }
   }
   return kept;
 }

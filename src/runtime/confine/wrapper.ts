@@ -27,6 +27,7 @@ import {
   probeConfineSupport,
 } from "./confine_command.ts";
 import { landlockGaps } from "./landlock.ts";
+import { CONFINE_HELD_ENV_PREFIX } from "./spec.ts";
 import { seccompArch } from "./seccomp.ts";
 
 /** Options of {@linkcode landlockWrapper}. */
@@ -117,10 +118,15 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
     // Without Landlock (ABI 0) the step installs the seccomp filter alone.
     name: options.support.landlockAbi > 0 ? "landlock" : "seccomp",
     wrap(inner: LaunchStep): WrappedStep {
-      const changes: Record<string, string | null> = {};
-      for (const [name, value] of Object.entries(options.stepEnv)) {
-        if (inner.env[name] !== value) changes[name] = inner.env[name] ?? null;
+      // The step sees none of the worker's variables under their names
+      // (a preload in BUN_OPTIONS or LD_PRELOAD would run before
+      // confinement); it gives them back at exec. Its own variables go.
+      const env: Record<string, string> = {};
+      for (const [name, value] of Object.entries(inner.env)) {
+        env[`${CONFINE_HELD_ENV_PREFIX}${name}`] = value;
       }
+      const changes: Record<string, string | null> = {};
+      for (const name of Object.keys(options.stepEnv)) changes[name] = null;
       const spec = confineSpec({
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,
@@ -133,7 +139,7 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
       });
       return {
         argv: confinedArgv(options.runner, spec),
-        env: { ...inner.env, ...options.stepEnv },
+        env: { ...env, ...options.stepEnv },
         readOnly: [
           ...stepReadOnly(options.runner, options.stepEnv),
           ...inner.readOnly,

@@ -115,7 +115,11 @@ export interface BwrapOptions {
    * @default {[]}
    */
   ffi?: ResolvedScopes;
-  /** The worker's whole environment: the sandbox starts from an empty one. */
+  /**
+   * The worker's whole environment. bubblewrap passes its own on: spawn it
+   * with {@linkcode bwrapEnvironment} of this; those that act at start are set
+   * inside by the argv.
+   */
   env: Readonly<Record<string, string>>;
   /**
    * The worker's working directory (absolute). When no mount covers it, an
@@ -190,7 +194,9 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
  * can see and signal only its own processes (its pid inside is 2, under
  * bubblewrap's init; the host pid is found by the launch). No capabilities;
  * a new session; killed when its parent dies; an environment of `env` only
- * (bubblewrap adds `PWD`).
+ * (bubblewrap adds `PWD`), given through bubblewrap's own environment: spawn
+ * it with {@linkcode bwrapEnvironment}`(env)`; only those that act at start
+ * are on the command line.
  *
  * The file system is a read-only empty root with: the library directories
  * ({@linkcode LIBRARY_PATHS}), the runtime binary, `readOnly` and the read
@@ -306,8 +312,11 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     ...(options.net ? [] : ["--unshare-net"]),
     "--cap-drop",
     "ALL",
-    "--clearenv",
   ];
+  // The variables reach the worker through bubblewrap's own environment
+  // (bwrapEnvironment()): a value on this command line is readable by every
+  // process in /proc/<pid>/cmdline. Only those that act at start go here,
+  // so that the wrappers (setpriv, the shell, bubblewrap) never act on them.
   for (const [name, value] of Object.entries(options.env)) {
     if (envNameProblem(name) !== undefined) {
       throw new RangeError(
@@ -316,7 +325,7 @@ export function bwrapArgv(options: BwrapOptions): string[] {
         }`,
       );
     }
-    argv.push("--setenv", name, value);
+    if (isStartupVariable(name)) argv.push("--setenv", name, value);
   }
   for (const mount of mounts) argv.push(...mount.args);
   if (!writable.includes("/")) argv.push("--remount-ro", "/");
@@ -325,6 +334,91 @@ export function bwrapArgv(options: BwrapOptions): string[] {
   }
   argv.push("--chdir", cwd, "--", ...options.command);
   return argv;
+}
+
+/**
+ * Variables that act in a program before its own code runs: those the
+ * dynamic loader and the C library read in every program (glibc's list of
+ * those it ignores in setuid programs, every `LD_*` and `MALLOC_*`) and those
+ * a POSIX shell or bash reads at start (the shell that opens bubblewrap's
+ * seccomp filter gets bubblewrap's environment).
+ */
+const STARTUP_VARIABLES: ReadonlySet<string> = new Set([
+  "GCONV_PATH",
+  "GETCONF_DIR",
+  "GLIBC_TUNABLES",
+  "HOSTALIASES",
+  "LOCALDOMAIN",
+  "LOCPATH",
+  "NIS_PATH",
+  "NLSPATH",
+  "RESOLV_HOST_CONF",
+  "RES_OPTIONS",
+  "TMPDIR",
+  "TZDIR",
+  "ENV",
+  "BASH_ENV",
+  "BASHOPTS",
+  "SHELLOPTS",
+  "CDPATH",
+  "GLOBIGNORE",
+  "IFS",
+  "PS4",
+]);
+
+/**
+ * Whether a variable of this name acts in the wrappers around a worker
+ * (setpriv, the shell, bubblewrap) before the worker's own code runs:
+ * `LD_PRELOAD`, `LD_LIBRARY_PATH`, `GCONV_PATH`, `BASH_ENV`, bash's exported
+ * functions (`BASH_FUNC_*`), ….
+ *
+ * @param name The variable's name.
+ * @returns Whether it is one.
+ *
+ * @example
+ * ```ts
+ * import { isStartupVariable } from "./bwrap.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(isStartupVariable("LD_PRELOAD"), true);
+ * assert.equal(isStartupVariable("DB_PASSWORD"), false);
+ * ```
+ */
+export function isStartupVariable(name: string): boolean {
+  return name.startsWith("LD_") || name.startsWith("MALLOC_") ||
+    name.startsWith("BASH_FUNC_") || STARTUP_VARIABLES.has(name);
+}
+
+/**
+ * The environment to start bubblewrap (and its parent-death guard) with,
+ * for a worker whose environment is `env`: every variable but those that act at start
+ * ({@linkcode isStartupVariable}), which {@linkcode bwrapArgv} sets inside
+ * the sandbox instead. bubblewrap passes its environment on to the worker,
+ * so together they give it exactly `env` (bubblewrap adds `PWD`), and no
+ * value is on a command line.
+ *
+ * @param env The worker's whole environment.
+ * @returns The environment to spawn bubblewrap with.
+ *
+ * @example
+ * ```ts
+ * import { bwrapEnvironment } from "./bwrap.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.deepEqual(
+ *   bwrapEnvironment({ DB_PASSWORD: "s", LD_PRELOAD: "/x.so" }),
+ *   { DB_PASSWORD: "s" },
+ * );
+ * ```
+ */
+export function bwrapEnvironment(
+  env: Readonly<Record<string, string>>,
+): Record<string, string> {
+  const kept: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (!isStartupVariable(name)) kept[name] = value;
+  }
+  return kept;
 }
 
 /**

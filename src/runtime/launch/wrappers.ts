@@ -10,7 +10,7 @@
 
 import { basename } from "../node_builtins.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
-import { sandboxedArgv } from "./bwrap.ts";
+import { bwrapEnvironment, sandboxedArgv } from "./bwrap.ts";
 import { exitThroughWrapper } from "./exit.ts";
 import type { LaunchStep, Wrapper } from "./types.ts";
 
@@ -39,7 +39,8 @@ const SECCOMP_FD = "3";
 
 /**
  * The bubblewrap wrapper: the inner command runs in the sandbox with the
- * inner step's environment (bubblewrap itself gets an empty one) and its
+ * inner step's environment (given to bubblewrap, which passes it on; the
+ * loader's variables are set inside, see `bwrapEnvironment`) and its
  * `readOnly` paths mounted besides the grants. bubblewrap reports a worker
  * killed by signal N as exit code 128 + N.
  *
@@ -75,7 +76,7 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
       }
       return {
         argv,
-        env: {},
+        env: bwrapEnvironment(inner.env),
         readOnly: [options.bwrap],
         mapExit: exitThroughWrapper,
         // bubblewrap forks its init (pid 1 of the new pid namespace), which
