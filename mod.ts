@@ -51,7 +51,24 @@ export {
   type StateScope,
   stateScope,
 } from "./src/parent/state_scope.ts";
-export type { CallStats, RecycleCounts } from "./src/parent/stats.ts";
+export type {
+  CallMetricsStats,
+  CallStats,
+  RecycleCounts,
+  StatsOptions,
+  TimingSummary,
+} from "./src/parent/stats.ts";
+export {
+  type CallRetryEvent,
+  type CallTimeoutEvent,
+  type CallTraceContext,
+  DIAGNOSTICS_CHANNELS,
+  type RecycleCause,
+  type WorkerExitEvent,
+  type WorkerMode,
+  type WorkerRecycleEvent,
+  type WorkerStartEvent,
+} from "./src/parent/_events.ts";
 export { type OneShot, oneShot } from "./src/parent/one_shot.ts";
 export type {
   CallKey,
@@ -82,6 +99,7 @@ export type {
   Permissions,
   PermissionsOption,
 } from "./src/runtime/permissions.ts";
+export type { SandboxBackend } from "./src/runtime/launch/types.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";
 
 // A program that started itself as a worker (a compiled executable, or

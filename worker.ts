@@ -35,6 +35,7 @@ export {
   type NoReservedNames,
   RESERVED_NAMES,
   type ReservedName,
+  type TraceContext,
   type WorkerDefinition,
 } from "./src/worker/define_worker.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";

@@ -6,7 +6,7 @@
  */
 
 import { WorkerTimeoutError } from "../errors.ts";
-import { encodeMessage } from "../protocol/messages.ts";
+import { type CallMessage, encodeMessage } from "../protocol/messages.ts";
 import { describe } from "../_validate.ts";
 import type { CallRecord } from "./connection.ts";
 import type { CallKey, CallOptions } from "./options.ts";
@@ -15,6 +15,11 @@ import {
   type ResolvedCallOptions,
 } from "./_resolve_options.ts";
 import { CallHandle, DEFAULT_WINDOW } from "./_stream.ts";
+import {
+  type CallTraceContext,
+  traceAttempt,
+  traceCarrier,
+} from "./_events.ts";
 
 let nextId = 1;
 
@@ -30,6 +35,12 @@ export interface PendingCall extends CallRecord {
   readonly totalTimeoutMs: number;
   /** The sticky routing key (pools), if any. */
   readonly key: CallKey | undefined;
+  /** Its context on the tracing channel `airlock:call`, when traced. */
+  readonly trace: CallTraceContext | undefined;
+  /** When it was admitted (`performance.now()`), for wait-time metrics; 0 if not measured. */
+  admittedAt: number;
+  /** When it was last written to a worker (`performance.now()`); 0 before. */
+  sentAt: number;
 }
 
 /** What a call record takes from the call's options beyond its deadline. */
@@ -55,6 +66,8 @@ const NO_EXTRAS: CallExtras = {
  * @param signal The caller's signal.
  * @param idempotent Whether the op may run twice.
  * @param extras Whole-call deadline, progress callback, stream window.
+ * @param trace Its context on the tracing channel, when traced: the W3C
+ *   trace context a subscriber set on it travels with the call.
  * @returns The record.
  * @throws {TypeError} when an argument cannot cross, naming where it sits.
  */
@@ -65,6 +78,7 @@ export function createCall(
   signal: AbortSignal | undefined,
   idempotent: boolean,
   extras: CallExtras = NO_EXTRAS,
+  trace?: CallTraceContext,
 ): PendingCall {
   if (typeof op !== "string" || op === "") {
     throw new TypeError(
@@ -81,11 +95,16 @@ export function createCall(
   const id = nextId++;
   const { windowItems, windowBytes } = extras;
   // The window travels only when it is not the protocol's default.
-  const chunks = encodeMessage(
+  const message: CallMessage =
     windowItems === DEFAULT_WINDOW.items && windowBytes === DEFAULT_WINDOW.bytes
       ? { type: "call", id, op, args }
-      : { type: "call", id, op, args, windowItems, windowBytes },
-  );
+      : { type: "call", id, op, args, windowItems, windowBytes };
+  if (trace !== undefined) {
+    trace.id = id;
+    const carried = traceCarrier(trace);
+    if (carried !== undefined) message.trace = carried;
+  }
+  const chunks = encodeMessage(message);
   let resolve!: (value: unknown) => void;
   let reject!: (error: unknown) => void;
   const promise = new Promise<unknown>((res, rej) => {
@@ -104,6 +123,9 @@ export function createCall(
     pids: [],
     totalTimeoutMs: extras.totalTimeoutMs,
     key: extras.key,
+    trace,
+    admittedAt: 0,
+    sentAt: 0,
     onProgress: extras.onProgress,
     windowItems,
     windowBytes,
@@ -197,12 +219,28 @@ export function armTotalDeadline(
 }
 
 /**
+ * Notes that a call is being written to a worker: its pid on the call (and
+ * on its trace context, when traced), and when.
+ *
+ * @param call The call.
+ * @param pid The worker's pid.
+ */
+export function noteSent(call: PendingCall, pid: number): void {
+  call.pids.push(pid);
+  if (call.admittedAt !== 0) call.sentAt = performance.now();
+  if (call.trace !== undefined) {
+    traceAttempt(call.trace, pid, call.attempts + 1);
+  }
+}
+
+/**
  * Checks a call's options against a mode's defaults and creates its record.
  *
  * @param op The op.
  * @param args Its arguments.
  * @param options The call's options.
  * @param defaults The mode's call deadline and idempotent ops.
+ * @param trace Its context on the tracing channel, when traced.
  * @returns The record.
  * @throws {TypeError} when an option or argument is invalid or cannot cross.
  * @throws {RangeError} when a deadline is out of range.
@@ -212,6 +250,7 @@ export function prepareCall(
   args: unknown[],
   options: CallOptions | undefined,
   defaults: { callTimeoutMs: number; idempotent: ReadonlySet<string> },
+  trace?: CallTraceContext,
 ): PendingCall {
   const resolved = resolveCallOptions(options, defaults.callTimeoutMs);
   return createCall(
@@ -221,5 +260,6 @@ export function prepareCall(
     resolved.signal,
     defaults.idempotent.has(op),
     resolved,
+    trace,
   );
 }

@@ -26,6 +26,7 @@ import {
 import { createCall } from "./_call.ts";
 import { startFault } from "./_faults.ts";
 import type { ResolvedWorkerOptions } from "./options.ts";
+import { publishExit, publishStart, type WorkerMode } from "./_events.ts";
 
 /** Backoff before respawn number n (1-based), in ms. */
 function backoffMs(attempt: number): number {
@@ -196,6 +197,38 @@ export function asStartError(
 }
 
 /**
+ * Publishes a ready worker's start and, later, its exit (each only if
+ * someone listens then).
+ *
+ * @param conn The ready worker.
+ * @param module The worker module.
+ * @param mode The kind of handle it serves.
+ */
+function published(conn: Connection, module: string, mode: WorkerMode): void {
+  publishStart(() => ({
+    pid: conn.pid,
+    module,
+    mode,
+    startedAt: conn.startedAt,
+    startMs: Date.now() - conn.startedAt,
+    runtime: conn.hello?.runtime ?? "",
+    sandboxes: conn.sandboxes,
+  }));
+  conn.closed.then((exit) =>
+    publishExit(() => ({
+      pid: exit.pid,
+      module,
+      mode,
+      exitCode: exit.code,
+      signal: exit.signal,
+      requested: exit.requested,
+      reason: exit.reason,
+      uptimeMs: Date.now() - conn.startedAt,
+    }))
+  );
+}
+
+/**
  * Starts a worker, replays `setup`, and respawns after crashes during start
  * up to `maxRetries` times. Import, definition and setup errors are not
  * retried: they would fail the same way again.
@@ -203,6 +236,7 @@ export function asStartError(
  * @param options The resolved options.
  * @param adapter The parent's runtime.
  * @param events Where the connection's events go once started.
+ * @param mode The kind of handle it serves, for the start and exit events.
  * @returns The ready connection.
  * @throws {WorkerStartError} when it cannot start.
  * @throws {WorkerTimeoutError} when the start passes `startTimeoutMs` on every attempt.
@@ -211,6 +245,7 @@ export async function launchWorker(
   options: ResolvedWorkerOptions,
   adapter: RuntimeAdapter,
   events: ConnectionEvents,
+  mode: WorkerMode,
 ): Promise<Connection> {
   let lastError: unknown;
   const attempts = options.maxRetries + 1;
@@ -234,6 +269,7 @@ export async function launchWorker(
       await conn.ready;
       await runSetup(conn, options, conn.startedAt);
       routed.route(events);
+      published(conn, options.label, mode);
       return conn;
     } catch (error: unknown) {
       conn.kill("the start failed", true);

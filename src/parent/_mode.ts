@@ -21,6 +21,7 @@ import {
 import {
   armTotalDeadline,
   callHandle,
+  noteSent,
   onCallAbort,
   type PendingCall,
   prepareCall,
@@ -32,7 +33,17 @@ import type {
   ResolvedWorkerOptions,
 } from "./options.ts";
 import { resolveCloseOptions } from "./_resolve_options.ts";
-import type { CallStats, RecycleCounts } from "./stats.ts";
+import type { CallMetricsStats, CallStats, RecycleCounts } from "./stats.ts";
+import {
+  publishRecycle,
+  publishRetry,
+  publishTimeout,
+  type RecycleCause,
+  traceEnd,
+  traceRefused,
+  traceStart,
+} from "./_events.ts";
+import { CallMetrics } from "./_metrics.ts";
 
 /** Which kind of handle a core serves (also `SessionClosedError.kind`). */
 export type ModeKind = "session" | "pool" | "oneShot";
@@ -115,6 +126,8 @@ export abstract class ModeCore {
   readonly #declaredIdempotent = new Set<string>();
   /** Admitted calls not yet settled (so `force` can end them). */
   readonly #unsettled = new Set<PendingCall>();
+  /** Wait and run time summaries and utilization. */
+  protected readonly metrics: CallMetrics = new CallMetrics();
 
   /**
    * Creates the shared core.
@@ -205,27 +218,33 @@ export abstract class ModeCore {
     args: unknown[],
     options: CallOptions | undefined,
   ): PendingCall | { refused: unknown } {
-    if (this.closing) return { refused: this.closedError(op) };
-    const refused = this.refuse(op);
-    if (refused) return { refused };
+    const trace = traceStart(op, this.kind, this.options.label);
     let call: PendingCall;
     try {
-      call = prepareCall(op, args, options, this.options);
+      if (this.closing) throw this.closedError(op);
+      const refused = this.refuse(op);
+      if (refused) throw refused;
+      call = prepareCall(op, args, options, this.options, trace);
     } catch (error: unknown) {
+      if (trace) traceRefused(trace, error);
       return { refused: error };
     }
     this.counters.calls++;
     this.#unsettled.add(call);
+    this.metrics.admitted(call);
     call.promise.then(
       () => {
         this.counters.completed++;
         this.#unsettled.delete(call);
+        this.metrics.settled(call);
       },
       () => {
         this.counters.failed++;
         this.#unsettled.delete(call);
+        this.metrics.settled(call);
       },
     );
+    if (trace) traceEnd(trace, call.promise);
     onCallAbort(call, () => this.#abort(call, call.signal?.reason));
     return call;
   }
@@ -301,7 +320,8 @@ export abstract class ModeCore {
    * @param call The call.
    */
   protected send(conn: Connection, call: PendingCall): void {
-    call.pids.push(conn.pid);
+    this.metrics.sending(call);
+    noteSent(call, conn.pid);
     conn.send(call);
   }
 
@@ -324,7 +344,23 @@ export abstract class ModeCore {
   protected exited(exit: ConnectionExit): void {
     if (exit.requested) return;
     this.counters.crashed++;
-    this.recycled.crash++;
+    this.recycle("crash", exit.pid);
+  }
+
+  /**
+   * Counts a worker replaced for `cause` and publishes it.
+   *
+   * @param cause Why.
+   * @param pid The worker being replaced.
+   */
+  protected recycle(cause: RecycleCause, pid: number): void {
+    this.recycled[cause]++;
+    publishRecycle(() => ({
+      pid,
+      module: this.options.label,
+      mode: this.kind,
+      cause,
+    }));
   }
 
   /**
@@ -351,6 +387,16 @@ export abstract class ModeCore {
         !call.stream?.delivered
       ) {
         retry.push(call);
+        publishRetry(() => ({
+          op: call.op,
+          id: call.id,
+          module: this.options.label,
+          mode: this.kind,
+          pid: exit.pid,
+          attempt: call.attempts + 1,
+          exitCode: exit.code,
+          signal: exit.signal,
+        }));
       } else {
         call.reject(crashError(this.options.label, call, exit));
       }
@@ -371,9 +417,21 @@ export abstract class ModeCore {
     this.queueChanged();
   }
 
-  /** Counts a call that passed its deadline. */
-  onTimeout(): void {
+  /**
+   * Counts a call that passed its deadline and publishes it.
+   *
+   * @param call The call.
+   */
+  onTimeout(call: CallRecord): void {
     this.counters.timeouts++;
+    publishTimeout(() => ({
+      op: call.op,
+      id: call.id,
+      module: this.options.label,
+      mode: this.kind,
+      pid: (call as PendingCall).pids.at(-1) ?? 0,
+      timeoutMs: call.timeoutMs,
+    }));
   }
 
   /**
@@ -439,6 +497,16 @@ export abstract class ModeCore {
    */
   protected callStats(): CallStats {
     return { ...this.counters };
+  }
+
+  /**
+   * The timing figures, and optionally a fresh start of them.
+   *
+   * @param reset Whether to start new figures after reading these.
+   * @returns The figures.
+   */
+  protected metricsStats(reset: boolean): CallMetricsStats {
+    return this.metrics.stats(reset);
   }
 
   /**

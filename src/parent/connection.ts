@@ -25,7 +25,7 @@ import {
 import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ResolvedPermissions } from "../runtime/permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
-import type { WorkerCommand } from "../runtime/launch/types.ts";
+import type { SandboxBackend, WorkerCommand } from "../runtime/launch/types.ts";
 import {
   holdsFile,
   isRunning,
@@ -223,6 +223,11 @@ export class Connection {
   /** The hello, once ready. */
   get hello(): HelloMessage | undefined {
     return this.#hello;
+  }
+
+  /** The OS sandbox backends that confine the worker, outermost first. */
+  get sandboxes(): readonly SandboxBackend[] {
+    return this.#options.command.sandboxes;
   }
 
   /** Calls written and not yet answered. */

@@ -21,9 +21,16 @@ import {
   armTotalDeadline,
   callHandle,
   createCall,
+  noteSent,
   onCallAbort,
   type PendingCall,
 } from "./_call.ts";
+import {
+  publishTimeout,
+  traceEnd,
+  traceRefused,
+  traceStart,
+} from "./_events.ts";
 import { type CallHandle, refusedCall } from "./_stream.ts";
 import { asStartError, launchWorker, runSetup } from "./_launch.ts";
 import { workerGone } from "./_mode.ts";
@@ -145,6 +152,7 @@ class Spares {
       { ...this.#options, setup: [] },
       this.#adapter,
       this.#events,
+      "oneShot",
     );
     const spare: Spare = { ready, conn: undefined, stamp, taken: false };
     this.#list.push(spare);
@@ -286,7 +294,16 @@ export function oneShot<D = unknown>(
         lost.reject(crashError(resolved.label, lost, exit));
       }
     },
-    onTimeout() {},
+    onTimeout(timedOut: CallRecord) {
+      publishTimeout(() => ({
+        op: timedOut.op,
+        id: timedOut.id,
+        module: resolved.label,
+        mode: "oneShot",
+        pid: (timedOut as PendingCall).pids.at(-1) ?? 0,
+        timeoutMs: timedOut.timeoutMs,
+      }));
+    },
   };
   const spares = spareCount > 0
     ? new Spares(spareCount, resolved, adapter, events, tracker)
@@ -303,6 +320,7 @@ export function oneShot<D = unknown>(
   ): CallHandle | Promise<unknown> => {
     let call: PendingCall;
     let signal: AbortSignal | undefined;
+    const trace = traceStart(op, "oneShot", resolved.label);
     try {
       const resolvedCall = resolveCallOptions(
         callOptions,
@@ -316,17 +334,18 @@ export function oneShot<D = unknown>(
         signal,
         false,
         resolvedCall,
+        trace,
       );
       signal?.throwIfAborted();
+      if (closing) {
+        throw new SessionClosedError({
+          module: resolved.label,
+          op,
+          kind: "oneShot",
+        });
+      }
     } catch (error: unknown) {
-      return asPromise ? Promise.reject(error) : refusedCall(op, error);
-    }
-    if (closing) {
-      const error = new SessionClosedError({
-        module: resolved.label,
-        op,
-        kind: "oneShot",
-      });
+      if (trace) traceRefused(trace, error);
       return asPromise ? Promise.reject(error) : refusedCall(op, error);
     }
     // `call()` is awaited as a whole: a stream resolves with its values.
@@ -347,7 +366,7 @@ export function oneShot<D = unknown>(
       try {
         conn = spare
           ? await spare.ready
-          : await launchWorker(resolved, adapter, events);
+          : await launchWorker(resolved, adapter, events, "oneShot");
       } catch (error: unknown) {
         call.reject(error);
         return;
@@ -364,7 +383,7 @@ export function oneShot<D = unknown>(
         }
       }
       if (!call.settled) {
-        call.pids.push(conn.pid);
+        noteSent(call, conn.pid);
         conn.send(call);
       }
       await call.promise.catch(() => {});
@@ -383,6 +402,7 @@ export function oneShot<D = unknown>(
         throw error;
       },
     );
+    if (trace) traceEnd(trace, settled);
     if (!asPromise) return callHandle(call, settled, abort, resolved.label);
     armTotalDeadline(call, abort, resolved.label);
     return settled;

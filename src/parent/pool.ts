@@ -47,7 +47,13 @@ import {
   type StateStamp,
   type StateTracker,
 } from "./state_scope.ts";
-import type { CallStats, RecycleCounts } from "./stats.ts";
+import type {
+  CallMetricsStats,
+  CallStats,
+  RecycleCounts,
+  StatsOptions,
+} from "./stats.ts";
+import type { SandboxBackend } from "../runtime/launch/types.ts";
 
 /** Figures of one worker of a pool. */
 export interface PoolWorkerStats {
@@ -63,10 +69,15 @@ export interface PoolWorkerStats {
   retiring: boolean;
   /** Sticky keys bound to it (calls with these keys run here). */
   keys: number;
+  /**
+   * The OS sandbox backends confining it, outermost first (`"bwrap"`,
+   * `"landlock"`); empty when none does.
+   */
+  sandboxes: readonly SandboxBackend[];
 }
 
 /** What {@linkcode Pool.stats} reports. */
-export interface PoolStats extends CallStats {
+export interface PoolStats extends CallStats, CallMetricsStats {
   /** Live worker processes (including retiring ones). */
   workers: number;
   /** Workers running at least one call. */
@@ -138,8 +149,13 @@ export type Pool<D = unknown> = WorkerApi<D> & {
    * such as an in-place migration.
    */
   invalidate(): void;
-  /** Counters and per-worker figures. */
-  stats(): PoolStats;
+  /**
+   * Counters, per-worker figures, and call timing summaries.
+   *
+   * @param options `reset: true` starts new timing summaries after this
+   *   read (for periodic export); counters are never reset.
+   */
+  stats(options?: StatsOptions): PoolStats;
 };
 
 interface PoolWorker {
@@ -176,6 +192,7 @@ class PoolCore extends ModeCore {
     super("pool", options, adapter);
     this.limits = limits;
     this.tracker = tracker;
+    this.metrics.capacity = limits.max * limits.concurrency;
     for (let i = 0; i < limits.prewarm; i++) this.#startWorker();
   }
 
@@ -200,12 +217,12 @@ class PoolCore extends ModeCore {
     const events: ConnectionEvents = {
       onLost: (calls: CallRecord[], exit: ConnectionExit) =>
         this.#onLost(calls, exit),
-      onTimeout: () => this.onTimeout(),
+      onTimeout: (call) => this.onTimeout(call),
       onSlotFree: () => {
         if (holder.worker) this.#onSlotFree(holder.worker);
       },
     };
-    const start = launchWorker(this.options, this.adapter, events).then(
+    const start = launchWorker(this.options, this.adapter, events, "pool").then(
       (conn) => {
         this.#starts.delete(start);
         const worker: PoolWorker = {
@@ -263,7 +280,7 @@ class PoolCore extends ModeCore {
     if (!worker.retiring && this.limits.maxRssBytes > 0) {
       const rss = conn.rssBytes();
       if (rss !== undefined && rss > this.limits.maxRssBytes) {
-        this.recycled.memory++;
+        this.recycle("memory", conn.pid);
         this.#retire(worker);
       }
     }
@@ -312,7 +329,7 @@ class PoolCore extends ModeCore {
 
   #recycle(worker: PoolWorker, cause: StaleCause | "tasks"): void {
     if (worker.retiring) return;
-    this.recycled[cause]++;
+    this.recycle(cause, worker.conn.pid);
     this.#retire(worker);
   }
 
@@ -513,7 +530,7 @@ class PoolCore extends ModeCore {
     }
   }
 
-  stats(): PoolStats {
+  stats(options?: StatsOptions): PoolStats {
     const perWorker: PoolWorkerStats[] = [];
     let busy = 0;
     for (const worker of this.#workers) {
@@ -526,6 +543,7 @@ class PoolCore extends ModeCore {
         running,
         retiring: worker.retiring,
         keys: worker.keys.size,
+        sandboxes: worker.conn.sandboxes,
       });
     }
     const recycledBy = this.recycleStats();
@@ -543,6 +561,7 @@ class PoolCore extends ModeCore {
       reaped: this.#reaped,
       keys: this.#keyOwner.size,
       perWorker,
+      ...this.metricsStats(options?.reset === true),
     };
   }
 }
@@ -645,7 +664,7 @@ export function pool<D = unknown>(
     close: (closeOptions?: CloseOptions) => core.close(closeOptions),
     [Symbol.asyncDispose]: () => core.close(),
     invalidate: () => core.invalidate(),
-    stats: () => core.stats(),
+    stats: (statsOptions?: StatsOptions) => core.stats(statsOptions),
   };
   return bindFaults(withProxy<typeof handle, D>(handle, handleOf), resolved);
 }

@@ -38,10 +38,16 @@ import {
   type StateStamp,
   type StateTracker,
 } from "./state_scope.ts";
-import type { CallStats, RecycleCounts } from "./stats.ts";
+import type {
+  CallMetricsStats,
+  CallStats,
+  RecycleCounts,
+  StatsOptions,
+} from "./stats.ts";
+import type { SandboxBackend } from "../runtime/launch/types.ts";
 
 /** What {@linkcode Session.stats} reports. */
-export interface SessionStats extends CallStats {
+export interface SessionStats extends CallStats, CallMetricsStats {
   /** The current worker's pid, or `undefined` when none runs. */
   pid: number | undefined;
   /** Its resident memory (OS figure) in bytes, when it can be read. */
@@ -68,6 +74,11 @@ export interface SessionStats extends CallStats {
   queued: number;
   /** Workers replaced, by cause (`tasks` and `memory` stay 0: they are pool causes). */
   recycledBy: RecycleCounts;
+  /**
+   * The OS sandbox backends confining the current worker, outermost first
+   * (`"bwrap"`, `"landlock"`); empty when none does or none runs.
+   */
+  sandboxes: readonly SandboxBackend[];
 }
 
 /**
@@ -126,8 +137,13 @@ export type Session<D = unknown> = WorkerApi<D> & {
   invalidate(): void;
   /** The current worker's pid (`undefined` while none runs). */
   readonly pid: number | undefined;
-  /** Counters and the current worker's figures. */
-  stats(): SessionStats;
+  /**
+   * Counters, the current worker's figures, and call timing summaries.
+   *
+   * @param options `reset: true` starts new timing summaries after this
+   *   read (for periodic export); counters are never reset.
+   */
+  stats(options?: StatsOptions): SessionStats;
 };
 
 class SessionCore extends ModeCore implements ConnectionEvents {
@@ -155,21 +171,22 @@ class SessionCore extends ModeCore implements ConnectionEvents {
   start(): Promise<Connection> {
     if (this.#starting) return this.#starting;
     const stamp = this.tracker.stamp();
-    const starting = launchWorker(this.options, this.adapter, this).then(
-      (conn) => {
-        this.#stamp = stamp;
-        if (this.#everStarted) this.#restarts++;
-        this.#everStarted = true;
-        this.#starting = undefined;
-        this.#adopt(conn);
-        return conn;
-      },
-      (error: unknown) => {
-        this.#starting = undefined;
-        this.failQueued(error);
-        throw error;
-      },
-    );
+    const starting = launchWorker(this.options, this.adapter, this, "session")
+      .then(
+        (conn) => {
+          this.#stamp = stamp;
+          if (this.#everStarted) this.#restarts++;
+          this.#everStarted = true;
+          this.#starting = undefined;
+          this.#adopt(conn);
+          return conn;
+        },
+        (error: unknown) => {
+          this.#starting = undefined;
+          this.failQueued(error);
+          throw error;
+        },
+      );
     starting.catch(() => {});
     this.#starting = starting;
     return starting;
@@ -218,7 +235,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
         this.send(conn, call);
         return;
       }
-      this.recycled[cause]++;
+      this.recycle(cause, conn.pid);
       this.queue.push(call);
       this.#replace().catch(() => {});
       return;
@@ -278,7 +295,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
     for (const call of queued) call.reject(this.closedError(call.op));
   }
 
-  stats(): SessionStats {
+  stats(options?: StatsOptions): SessionStats {
     const conn = this.#conn?.alive ? this.#conn : undefined;
     const counters = this.callStats();
     return {
@@ -292,6 +309,8 @@ class SessionCore extends ModeCore implements ConnectionEvents {
       inFlight: conn?.inFlight ?? 0,
       queued: this.queue.length,
       recycledBy: this.recycleStats(),
+      sandboxes: conn?.sandboxes ?? [],
+      ...this.metricsStats(options?.reset === true),
     };
   }
 }
@@ -365,7 +384,7 @@ export async function session<D = unknown>(
     get pid() {
       return core.pid;
     },
-    stats: () => core.stats(),
+    stats: (statsOptions?: StatsOptions) => core.stats(statsOptions),
   };
   return bindFaults(withProxy<typeof handle, D>(handle, handleOf), resolved);
 }

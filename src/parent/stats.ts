@@ -1,7 +1,9 @@
 /**
  * The figures sessions and pools share in their `stats()`: one vocabulary
  * for calls (`calls`, `completed`, `failed`, `timeouts`), worker crashes
- * (`crashed`) and recycles by cause (`recycledBy`).
+ * (`crashed`), recycles by cause (`recycledBy`), and the timing figures
+ * (`waitMs`, `runMs`, `utilization`, `measuredMs`) that
+ * `stats({ reset: true })` starts afresh.
  *
  * @module
  */
@@ -32,4 +34,46 @@ export interface RecycleCounts {
   invalidate: number;
   /** The worker died and was replaced. */
   crash: number;
+}
+
+/** A summary of durations, in milliseconds (`stats().waitMs`, `stats().runMs`). */
+export interface TimingSummary {
+  /** How many durations were recorded. */
+  count: number;
+  /** The median, in ms (within 4 %; 0 when `count` is 0). */
+  p50: number;
+  /** The 90th percentile, in ms (within 4 %). */
+  p90: number;
+  /** The 99th percentile, in ms (within 4 %). */
+  p99: number;
+  /** The longest, in ms (exact). */
+  max: number;
+}
+
+/** Options of `stats()`. */
+export interface StatsOptions {
+  /**
+   * Start new timing summaries and utilization after reading these (for
+   * periodic export: each read covers the time since the previous one).
+   * Counters (`calls`, `completed`, …) are never reset.
+   *
+   * @default {false}
+   */
+  reset?: boolean;
+}
+
+/** The timing figures `stats()` reports. */
+export interface CallMetricsStats {
+  /** Time calls waited for a worker: from admission to first written to one. */
+  waitMs: TimingSummary;
+  /** Time calls ran: from written to a worker (last attempt) to settled. */
+  runMs: TimingSummary;
+  /**
+   * Share of capacity in use over `measuredMs`, from 0 to 1: for a
+   * session, the share of time with at least one call running; for a pool,
+   * running calls over `max` times `concurrency`, averaged over time.
+   */
+  utilization: number;
+  /** Milliseconds the timing figures cover (since open or the last reset). */
+  measuredMs: number;
 }

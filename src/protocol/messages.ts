@@ -84,7 +84,25 @@ export interface CallMessage {
    * default, {@linkcode DEFAULT_STREAM_WINDOW_BYTES}).
    */
   windowBytes?: number;
+  /**
+   * The W3C trace context of the caller's span, when the parent traces the
+   * call (a subscriber to the `airlock:call` tracing channel set it): the
+   * handler sees it as `this.traceContext`. Workers that do not trace
+   * ignore it.
+   */
+  trace?: CallTrace;
 }
+
+/** The W3C trace context a call carries (`CallMessage.trace`). */
+export interface CallTrace {
+  /** The `traceparent` header: `00-<trace id>-<parent span id>-<flags>`. */
+  traceparent: string;
+  /** The `tracestate` header, if any. */
+  tracestate?: string;
+}
+
+/** Longest `traceparent` or `tracestate` a worker accepts, in characters. */
+const TRACE_MAX_CHARS = 1024;
 
 /** A call's value. */
 export interface ResultMessage {
@@ -323,6 +341,28 @@ function optionalWindow(
   return value;
 }
 
+function optionalTrace(record: Record<string, unknown>): CallTrace | undefined {
+  const value = record.trace;
+  if (value === undefined) return undefined;
+  const trace = value as Record<string, unknown> | null;
+  const traceparent = typeof trace === "object" && trace !== null
+    ? trace.traceparent
+    : undefined;
+  const tracestate = typeof trace === "object" && trace !== null
+    ? trace.tracestate
+    : undefined;
+  if (
+    typeof traceparent !== "string" || traceparent.length > TRACE_MAX_CHARS ||
+    (tracestate !== undefined &&
+      (typeof tracestate !== "string" || tracestate.length > TRACE_MAX_CHARS))
+  ) {
+    fail(`"call" has an invalid "trace" ${show(value)}`);
+  }
+  return tracestate === undefined
+    ? { traceparent }
+    : { traceparent, tracestate };
+}
+
 /** Longest text of a wire value quoted in a message, in characters. */
 const SHOW_CHARS = 60;
 
@@ -411,6 +451,8 @@ export function decodeMessage(frame: Frame): Message {
       const windowBytes = optionalWindow(record, "windowBytes");
       if (windowItems !== undefined) call.windowItems = windowItems;
       if (windowBytes !== undefined) call.windowBytes = windowBytes;
+      const trace = optionalTrace(record);
+      if (trace !== undefined) call.trace = trace;
       return call;
     }
     case "items": {

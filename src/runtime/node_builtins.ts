@@ -18,6 +18,7 @@
 import type * as Buffer_ from "node:buffer";
 import type * as ChildProcess from "node:child_process";
 import type * as Crypto from "node:crypto";
+import type * as DiagnosticsChannel from "node:diagnostics_channel";
 import type * as Fs from "node:fs";
 import type * as Os from "node:os";
 import type * as Path from "node:path";
@@ -52,6 +53,14 @@ const os = loader<typeof Os>("node:os");
 const childProcess = loader<typeof ChildProcess>("node:child_process");
 const buffer = loader<typeof Buffer_>("node:buffer");
 const crypto = loader<typeof Crypto>("node:crypto");
+
+/**
+ * `node:diagnostics_channel`, loaded on first use (the parent's events:
+ * src/parent/_events.ts).
+ */
+export const diagnosticsChannel: () => typeof DiagnosticsChannel = loader<
+  typeof DiagnosticsChannel
+>("node:diagnostics_channel");
 
 /** A function of a module, bound on first call. */
 function lazy<M, K extends keyof M>(load: () => M, key: K): M[K] {

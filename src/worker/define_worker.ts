@@ -24,6 +24,22 @@ export interface CallContext {
    * @throws {TypeError} when a value sent at once cannot cross.
    */
   progress(value: unknown): void;
+  /**
+   * The W3C trace context of the parent's span for this call, when the
+   * parent traces calls (a subscriber to its `airlock:call` tracing channel
+   * set one, as the OpenTelemetry example does); `undefined` otherwise.
+   * Start the handler's spans as children of it so they join the parent's
+   * trace. See docs/observability.md.
+   */
+  readonly traceContext?: TraceContext | undefined;
+}
+
+/** W3C trace context headers ({@linkcode CallContext.traceContext}). */
+export interface TraceContext {
+  /** `traceparent`: `00-<trace id>-<parent span id>-<flags>`. */
+  readonly traceparent: string;
+  /** `tracestate`, if the parent had one. */
+  readonly tracestate?: string;
 }
 
 /** A handler: any function; its arguments and value must be able to cross. */

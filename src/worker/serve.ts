@@ -325,6 +325,7 @@ export async function serve(
         op: call.op,
         id: call.id,
         progress: (value: unknown) => progress(call.id, state, value),
+        traceContext: call.trace,
       };
       const value = await handler.apply(context, call.args);
       const iterator = streamOf(value);

@@ -254,6 +254,30 @@ describe("decodeMessage() refusals", () => {
     );
   });
 
+  test("decodeMessage() reads a call's W3C trace context and refuses a malformed one", () => {
+    const traceparent =
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const call = { type: "call", id: 3, op: "q", args: [] };
+    assert.deepEqual(decodeRecord({ ...call, trace: { traceparent } }), {
+      ...call,
+      trace: { traceparent },
+    });
+    assert.deepEqual(
+      decodeRecord({ ...call, trace: { traceparent, tracestate: "a=b" } }),
+      { ...call, trace: { traceparent, tracestate: "a=b" } },
+    );
+    assertRefused({ ...call, trace: "x" }, /invalid "trace"/);
+    assertRefused({ ...call, trace: { traceparent: 1 } }, /invalid "trace"/);
+    assertRefused(
+      { ...call, trace: { traceparent, tracestate: 2 } },
+      /invalid "trace"/,
+    );
+    assertRefused(
+      { ...call, trace: { traceparent: "x".repeat(1025) } },
+      /invalid "trace"/,
+    );
+  });
+
   test("decodeMessage() refuses a hello of another version, with both versions named", () => {
     assertRefused(
       { ...HELLO, version: 3 },
