@@ -5,15 +5,10 @@
  * no claimed length is trusted before it has been checked against the bytes
  * that are really there.
  *
- * Rows of plain objects with the same keys are common; once 16 objects had
- * the same key sequence, the decoder compiles one object literal for it and
- * builds later objects of that shape with it, after checking each key's
- * bytes (identifier keys only; up to 256 shapes kept, 4 compiled per decode
- * and 512 in the life of the process, so that compiling stays a bounded
- * cost whatever a worker sends). The
- * compiled text holds nothing but the identifier keys (checked against
- * `/^[A-Za-z_$][\w$]*$/`, `__proto__` excluded), so wire bytes never become
- * code; a runtime that refuses to compile falls back to key-by-key stores.
+ * Rows of plain objects with the same keys are built by one object literal
+ * compiled for their key sequence (see `_shapes.ts`), after each key's
+ * bytes are checked; what decoding may build is charged against a memory
+ * budget (see `_decode_budget.ts`).
  *
  * @module
  */
@@ -41,7 +36,35 @@ import {
   type TypedArrayConstructor,
   URL_CLASS,
 } from "./_tags.ts";
+import {
+  ARRAY_COST,
+  BIGNUM_COST,
+  BUFFER_COST,
+  CUSTOM_COST,
+  DATE_COST,
+  DECODE_BASE_BYTES,
+  DECODE_BYTES_PER_FRAME_BYTE,
+  ENTRY_COST,
+  ERROR_COST,
+  MAP_COST,
+  OBJECT_COST,
+  PROPERTY_COST,
+  REGEXP_COST,
+  SET_COST,
+  SLOT_COST,
+  URL_COST,
+  VIEW_COST,
+} from "./_decode_budget.ts";
+import {
+  learnShape,
+  MAX_SHAPE_KEYS,
+  MAX_SHAPES_PER_DECODE,
+  type Shape,
+  shapeOf,
+} from "./_shapes.ts";
 import { customTypeByName } from "./register_type.ts";
+
+export { DECODE_BASE_BYTES, DECODE_BYTES_PER_FRAME_BYTE };
 import { buildError } from "./wire_error.ts";
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
@@ -58,36 +81,6 @@ let budget = 0;
 /** The budget this decode started with, for the error message. */
 let budgetLimit = 0;
 
-/**
- * A frame may decode into this many bytes of memory per byte it carries...
- */
-export const DECODE_BYTES_PER_FRAME_BYTE = 8;
-/** ...plus this many, so that small frames may take any shape. */
-export const DECODE_BASE_BYTES: number = 64 * 1024 * 1024;
-
-// What building each kind of value costs, in estimated bytes of memory (V8
-// object sizes on 64-bit; JavaScriptCore's are close). Scalars and strings
-// are not counted: each takes at most about 8 bytes per byte of the wire.
-const ARRAY_COST = 32;
-const OBJECT_COST = 56;
-const MAP_COST = 64;
-const SET_COST = 64;
-/** Per element of an array or a Set (a slot). */
-const SLOT_COST = 8;
-/** Per entry of a plain object (key and value). */
-const PROPERTY_COST = 8;
-/** Per entry of a Map or a Set's hash table. */
-const ENTRY_COST = 24;
-const ERROR_COST = 256;
-const DATE_COST = 48;
-const URL_COST = 512;
-const REGEXP_COST = 128;
-/** A byte string, typed array or DataView: a view object. */
-const VIEW_COST = 96;
-/** A copied buffer, besides its bytes. */
-const BUFFER_COST = 64;
-const BIGNUM_COST = 32;
-const CUSTOM_COST = 64;
 /** Longer arrays are not allocated at their full length up front. */
 const PREALLOCATE_MAX_ITEMS = 4096;
 
@@ -486,56 +479,14 @@ function readTextItem(what: string): string {
 // Object shapes: rows of objects with the same keys, built at once
 // ---------------------------------------------------------------------------
 
-/** Objects with more keys are built key by key. */
-const MAX_SHAPE_KEYS = 32;
-/** Shapes kept; the cache starts over when it is full. */
-const MAX_SHAPES = 256;
-/**
- * A key sequence is compiled once this many objects had it (compiling costs
- * 15-250 µs, which rows repay; a worker sending ever new shapes must not
- * make the parent compile for every few bytes it sends).
- */
-const SIGHTINGS_TO_COMPILE = 16;
-/** New shapes one decode may compile. */
-const MAX_SHAPES_PER_DECODE = 4;
-/**
- * Shapes one process compiles in its life, at most: past it, objects are
- * built key by key (correct, slower), so no input can make compiling cost
- * more than this many compiles in all.
- */
-const MAX_SHAPES_COMPILED = 512;
-/** Key sequences being counted; the table starts over when it is full. */
-const MAX_CANDIDATES = 1024;
-/** Keys that can be written in an object literal as they are. */
-const SHAPE_KEY = /^[A-Za-z_$][\w$]*$/;
-
-/** A sequence of keys seen before, and a function building its objects. */
-interface Shape {
-  /** The keys, in wire order. */
-  keys: string[];
-  /** The encoded keys (text header and bytes), back to back. */
-  bytes: Uint8Array;
-  /** Where each key starts in `bytes` (one more entry: the end). */
-  starts: Int32Array;
-  /** `{ k0: s[b], k1: s[b + 1], … }` as one object literal. */
-  build: (stack: unknown[], base: number) => Record<string, unknown>;
-}
-
-/** Shapes by their first key. */
-const shapes = new Map<string, Shape>();
-/** Key sequences not compiled yet, by first key, with how often they came. */
-const candidates = new Map<string, { keys: string[]; seen: number }>();
-/** Shapes compiled by this decode, and by this process. */
+/** Shapes compiled by this decode. */
 let shapesMade = 0;
-let shapesCompiled = 0;
 /** Whether a decode is running (a custom type's decode may start another). */
 let decoding = false;
 /** Values of the objects being built, above `stackTop`. */
 const stack: unknown[] = [];
 let stackTop = 0;
 let stackHigh = 0;
-/** Whether the runtime compiles functions from text (false once refused). */
-let canCompile = true;
 
 /** Whether the key bytes at `at` are key `i` of `shape` (then skips them). */
 function matchKey(shape: Shape, i: number): boolean {
@@ -559,7 +510,7 @@ function matchKey(shape: Shape, i: number): boolean {
 function readObjectShaped(n: number, depth: number): Record<string, unknown> {
   const start = at;
   const first = readKey();
-  const shape = shapes.get(first);
+  const shape = shapeOf(first);
   if (shape === undefined || shape.keys.length !== n) {
     return readObjectLearning(first, start, n, depth);
   }
@@ -604,72 +555,10 @@ function readObjectLearning(
     keys.push(key);
     setEntry(object, key, decodeItem(depth + 1));
   }
-  if (
-    canCompile && shapesMade < MAX_SHAPES_PER_DECODE &&
-    shapesCompiled < MAX_SHAPES_COMPILED && sighted(keys)
-  ) {
-    remember(keys, ranges);
+  if (shapesMade < MAX_SHAPES_PER_DECODE && learnShape(keys, data, ranges)) {
+    shapesMade++;
   }
   return object;
-}
-
-/** Counts an object's key sequence; whether it is now worth compiling. */
-function sighted(keys: string[]): boolean {
-  const first = keys[0]!;
-  const candidate = candidates.get(first);
-  if (candidate === undefined || !sameKeys(candidate.keys, keys)) {
-    if (candidates.size >= MAX_CANDIDATES) candidates.clear();
-    candidates.set(first, { keys, seen: 1 });
-    return false;
-  }
-  if (++candidate.seen < SIGHTINGS_TO_COMPILE) return false;
-  candidates.delete(first);
-  return true;
-}
-
-function sameKeys(a: string[], b: string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
-/** Compiles and stores the shape of these keys, if they can make one. */
-function remember(keys: string[], ranges: number[]): void {
-  const seen = new Set<string>();
-  for (const key of keys) {
-    if (!SHAPE_KEY.test(key) || key === "__proto__" || seen.has(key)) return;
-    seen.add(key);
-  }
-  let total = 0;
-  for (let i = 1; i < ranges.length; i += 2) total += ranges[i]!;
-  const bytes = new Uint8Array(total);
-  const starts = new Int32Array(keys.length + 1);
-  let offset = 0;
-  for (let i = 0; i < keys.length; i++) {
-    const from = ranges[2 * i]!;
-    const length = ranges[2 * i + 1]!;
-    starts[i] = offset;
-    bytes.set(data.subarray(from, from + length), offset);
-    offset += length;
-  }
-  starts[keys.length] = offset;
-  let build: Shape["build"];
-  try {
-    // Safe to compile: every key is an identifier (checked above), so the
-    // text is exactly an object literal of these keys.
-    build = new Function(
-      "s",
-      "b",
-      `return {${keys.map((key, i) => `${key}: s[b + ${i}]`).join(", ")}};`,
-    ) as Shape["build"];
-  } catch {
-    canCompile = false;
-    return;
-  }
-  shapesMade++;
-  shapesCompiled++;
-  if (shapes.size >= MAX_SHAPES) shapes.clear();
-  shapes.set(keys[0]!, { keys, bytes, starts, build });
 }
 
 function setEntry(
