@@ -192,6 +192,15 @@ function innerCommand(
     // the worker's environment is exactly `env` (and `inheritEnv`).
     const entryPath = fileURLToPath(entry);
     bunBundle = bunEntryBundle(binary, entryPath, adapter.environment());
+    // A bundle where a worker of this process may write (a grant covering
+    // the cache directory) could hold that worker's code, which this worker
+    // would run with its own grants: run the entry itself.
+    if (
+      bunBundle !== undefined &&
+      writableByWorker(dirname(bunBundle)) !== undefined
+    ) {
+      bunBundle = undefined;
+    }
     argv = [binary, "--no-env-file", bunBundle ?? entryPath, moduleUrl.href];
     if (parentWatchdog) argv.push("--parent-watchdog");
   }
