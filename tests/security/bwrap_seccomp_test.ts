@@ -29,7 +29,9 @@ const dir = realpathSync(mkdtempSync(join(tmpdir(), "airlock-seccomp-test-")));
 const socket = join(dir, "host.sock");
 let server: Server | undefined;
 let accepted = 0;
+const cleanups: (() => void)[] = [];
 after(() => {
+  for (const cleanup of cleanups) cleanup();
   server?.close();
   rmSync(dir, { recursive: true, force: true });
 });
@@ -59,7 +61,8 @@ function connectInSandbox(seccomp: boolean, net: boolean): string {
     ...(seccomp
       ? {
         seccomp: {
-          file: seccompFile(seccompFilter(permissions)),
+          file: seccompFile(seccompFilter(permissions), (callback) =>
+            after(callback)),
           shell: "/bin/sh",
         },
       }

@@ -412,7 +412,9 @@ function sandboxWrappers(
       permissions: input.permissions,
       cwd: input.cwd,
       // Without the Landlock step, bubblewrap installs the seccomp filter.
-      ...(wrappers.length === 0 ? { seccomp: bwrapSeccomp(input) } : {}),
+      ...(wrappers.length === 0
+        ? { seccomp: bwrapSeccomp(input, adapter) }
+        : {}),
     }));
   }
   if (wrappers.length === 0) return [];
@@ -434,6 +436,7 @@ const SHELL = "/bin/sh";
  */
 function bwrapSeccomp(
   input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
 ): { file: string; shell: string } {
   const fail = (detail: string, cause?: unknown): never => {
     throw new PermissionError(
@@ -453,7 +456,10 @@ function bwrapSeccomp(
   }
   try {
     return {
-      file: seccompFile(seccompFilter(input.permissions)),
+      file: seccompFile(
+        seccompFilter(input.permissions),
+        (callback) => adapter.onExit(callback),
+      ),
       shell: SHELL,
     };
   } catch (error: unknown) {

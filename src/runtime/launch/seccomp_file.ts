@@ -13,6 +13,7 @@ import {
   existsSync,
   join,
   mkdtempSync,
+  rmSync,
   tmpdir,
   writeFileSync,
 } from "../node_builtins.ts";
@@ -24,12 +25,27 @@ let dir: string | undefined;
  * The file holding a seccomp BPF program, written if it is not there yet.
  *
  * @param program The BPF program (from `seccompFilter()`).
+ * @param onExit Registers a callback run when this process exits (the
+ * directory is removed then).
  * @returns The file's path.
  * @throws {Error} when the directory lies where a worker may write (it
  * could swap the filter), naming it.
  */
-export function seccompFile(program: Uint8Array): string {
-  dir ??= mkdtempSync(join(tmpdir(), "airlock-seccomp-"));
+export function seccompFile(
+  program: Uint8Array,
+  onExit: (callback: () => void) => void,
+): string {
+  if (dir === undefined) {
+    const created = mkdtempSync(join(tmpdir(), "airlock-seccomp-"));
+    dir = created;
+    onExit(() => {
+      try {
+        rmSync(created, { recursive: true, force: true });
+      } catch {
+        // Exiting anyway.
+      }
+    });
+  }
   const grant = writableByWorker(dir);
   if (grant !== undefined) {
     throw new Error(
