@@ -20,7 +20,8 @@ export type ScenarioId =
   | "pool"
   | "memory"
   | "import"
-  | "stream";
+  | "stream"
+  | "events";
 
 /** One program run per round. */
 export interface Job {
@@ -335,6 +336,28 @@ export function jobsOf(
       }
       break;
     }
+    case "events": {
+      // The tracing channel's cost per call: its checks alone (nobody
+      // subscribed) and the whole trace of a call (a no-op subscriber).
+      const config = smoke
+        ? { warmup: 1_000, iterations: 10_000 }
+        : { warmup: 200_000, iterations: 2_000_000 };
+      for (const runtime of runtimes) {
+        const rt = name(runtime);
+        add(
+          runtime,
+          "events-off",
+          `airlock:call, no subscriber (${rt})`,
+          config,
+        );
+        add(runtime, "events-on", `airlock:call, a subscriber (${rt})`, {
+          ...config,
+          iterations: config.iterations / 10,
+        });
+        add(runtime, "metrics", `stats() timing figures (${rt})`, config);
+      }
+      break;
+    }
     case "import": {
       const config = smoke
         ? { warmup: 0, iterations: 2 }
@@ -369,4 +392,5 @@ export const SCENARIOS: readonly ScenarioId[] = [
   "memory",
   "import",
   "stream",
+  "events",
 ];

@@ -223,6 +223,27 @@ function targets(view: View): TargetRow[] {
     x,
   );
   both(
+    "events: airlock:call cost per call, no subscriber",
+    "≤ 0.3 µs",
+    (rt) => view.get("events", rt, "events-off")?.perCallUs,
+    (v) => v <= 0.3,
+    (v) => `${v.toFixed(3)} µs`,
+  );
+  both(
+    "events: airlock:call cost per call, a no-op subscriber",
+    "(measured)",
+    (rt) => view.get("events", rt, "events-on")?.perCallUs,
+    () => true,
+    (v) => `${v.toFixed(2)} µs`,
+  );
+  both(
+    "metrics: stats() timing figures, cost per call",
+    "(measured)",
+    (rt) => view.get("events", rt, "metrics")?.perCallUs,
+    () => true,
+    (v) => `${v.toFixed(2)} µs`,
+  );
+  both(
     "(a) watch: added p50 per call",
     "≤ 5 µs",
     (rt) =>

@@ -11,9 +11,16 @@
 import superjson from "superjson";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tracingChannel } from "node:diagnostics_channel";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { oneShot, pool, session } from "../../mod.ts";
+import { DIAGNOSTICS_CHANNELS, oneShot, pool, session } from "../../mod.ts";
+import {
+  traceAttempt,
+  traceEnd,
+  traceStart,
+} from "../../src/parent/_events.ts";
+import { CallMetrics } from "../../src/parent/_metrics.ts";
 import { decodeValue } from "../../src/protocol/decode_value.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
 import { FloorClient } from "./_floor_client.ts";
@@ -45,7 +52,8 @@ export interface DriverConfig {
     | "pool"
     | "memory"
     | "import"
-    | "stream";
+    | "stream"
+    | "events";
   /** Which contender (scenario-specific). */
   contender: string;
   /** Calls before measuring. */
@@ -681,6 +689,110 @@ async function streamRows(config: DriverConfig): Promise<unknown> {
   }
 }
 
+/**
+ * The tracing channel's cost per call, measured on the helpers every call
+ * runs (src/parent/_events.ts): with nobody subscribed, `traceStart()` is
+ * the whole per-call work (its checks of the five channels); with a no-op
+ * subscriber, a call's start, end, attempt, asyncStart and asyncEnd, less
+ * the same loop without them. The calls themselves (process round trips
+ * of tens of µs) would hide a fraction of a µs in their noise.
+ */
+async function eventsCost(config: DriverConfig): Promise<unknown> {
+  const ops = ["add", "query", "ingest", "stats"];
+  if (config.contender === "metrics") {
+    // What a call adds for stats()'s wait and run time summaries and
+    // utilization (src/parent/_metrics.ts), as a session's calls use it.
+    const metrics = new CallMetrics();
+    const calls = (n: number, measured: boolean): number => {
+      const start = performance.now();
+      for (let i = 0; i < n; i++) {
+        const call = { admittedAt: 0, sentAt: 0 };
+        if (measured) {
+          metrics.admitted(call);
+          metrics.sending(call);
+          metrics.placed(call);
+          metrics.settled(call);
+        } else call.sentAt = i;
+      }
+      return performance.now() - start;
+    };
+    calls(config.warmup, true);
+    calls(config.warmup, false);
+    const block = Math.ceil(config.iterations / 5);
+    const bare: number[] = [];
+    const measured: number[] = [];
+    for (let round = 0; round < 5; round++) {
+      bare.push(calls(block, false));
+      measured.push(calls(block, true));
+    }
+    check(metrics.stats(false).runMs.count > 0, "calls measured");
+    return {
+      perCallUs: ((median(measured) - median(bare)) * 1000) / block,
+    };
+  }
+  if (config.contender === "events-off") {
+    let traced = 0;
+    const loop = (n: number): number => {
+      const start = performance.now();
+      for (let i = 0; i < n; i++) {
+        if (traceStart(ops[i & 3]!, "session", "bench_worker.ts")) traced++;
+      }
+      return performance.now() - start;
+    };
+    loop(config.warmup);
+    const ms = loop(config.iterations);
+    check(traced === 0, "nothing traced without a subscriber");
+    return { perCallUs: (ms * 1000) / config.iterations };
+  }
+  const channel = tracingChannel(DIAGNOSTICS_CHANNELS.call);
+  let seen = 0;
+  const handlers = {
+    start: () => void seen++,
+    end: () => {},
+    asyncStart: () => {},
+    asyncEnd: () => void seen++,
+    error: () => {},
+  };
+  const loop = async (n: number, traced: boolean): Promise<number> => {
+    const start = performance.now();
+    for (let i = 0; i < n; i++) {
+      const promise = Promise.resolve(i);
+      const context = traced
+        ? traceStart(ops[i & 3]!, "session", "bench_worker.ts")
+        : undefined;
+      if (context) {
+        traceAttempt(context, 1, 1);
+        traceEnd(context, promise);
+      }
+      await promise;
+      // asyncEnd runs in the microtask after the call settles.
+      await undefined;
+    }
+    return performance.now() - start;
+  };
+  channel.subscribe(handlers);
+  try {
+    await loop(config.warmup / 10, false);
+    await loop(config.warmup / 10, true);
+    // Alternating blocks, the median of each kind: neither is favoured by
+    // running first or by the machine's mood at one moment.
+    const block = Math.ceil(config.iterations / 5);
+    const bare: number[] = [];
+    const traced: number[] = [];
+    seen = 0;
+    for (let round = 0; round < 5; round++) {
+      bare.push(await loop(block, false));
+      traced.push(await loop(block, true));
+    }
+    check(seen === 2 * 5 * block, "every call traced");
+    return {
+      perCallUs: ((median(traced) - median(bare)) * 1000) / block,
+    };
+  } finally {
+    channel.unsubscribe(handlers);
+  }
+}
+
 async function importCost(config: DriverConfig): Promise<unknown> {
   const withImport: number[] = [];
   const without: number[] = [];
@@ -732,6 +844,9 @@ async function main(): Promise<void> {
       break;
     case "stream":
       result = await streamRows(config);
+      break;
+    case "events":
+      result = await eventsCost(config);
       break;
     default:
       throw new Error(`Unknown scenario "${String(config.scenario)}"`);

@@ -37,7 +37,11 @@ export interface PendingCall extends CallRecord {
   readonly key: CallKey | undefined;
   /** Its context on the tracing channel `airlock:call`, when traced. */
   readonly trace: CallTraceContext | undefined;
-  /** When it was admitted (`performance.now()`), for wait-time metrics; 0 if not measured. */
+  /**
+   * When it was queued (`performance.now()`), for wait-time metrics: 0 if
+   * not measured, `ADMITTED` (-1) while admitted and not queued (see
+   * `_metrics.ts`).
+   */
   admittedAt: number;
   /** When it was last written to a worker (`performance.now()`); 0 before. */
   sentAt: number;
@@ -227,7 +231,6 @@ export function armTotalDeadline(
  */
 export function noteSent(call: PendingCall, pid: number): void {
   call.pids.push(pid);
-  if (call.admittedAt !== 0) call.sentAt = performance.now();
   if (call.trace !== undefined) {
     traceAttempt(call.trace, pid, call.attempts + 1);
   }

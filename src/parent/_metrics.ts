@@ -76,11 +76,19 @@ export class Histogram {
   }
 }
 
-/** The minimum a call record needs for metrics. */
+/**
+ * The minimum a call record needs for metrics: `admittedAt` is 0 when not
+ * measured, {@linkcode ADMITTED} while the call is being admitted (a call
+ * written to a worker then waited no time, and costs no clock read), and
+ * the clock once it was queued; `sentAt` is 0 until written.
+ */
 interface TimedCall {
   admittedAt: number;
   sentAt: number;
 }
+
+/** `admittedAt` of a call being admitted (no clock read yet). */
+export const ADMITTED = -1;
 
 /** Wait and run time summaries and utilization of one session or pool. */
 export class CallMetrics {
@@ -101,23 +109,44 @@ export class CallMetrics {
   }
 
   /**
-   * A call was admitted.
+   * A call is being admitted: call {@linkcode CallMetrics.placed} once the
+   * mode ran or queued it.
    *
    * @param call The call.
    */
   admitted(call: TimedCall): void {
-    call.admittedAt = performance.now();
+    call.admittedAt = ADMITTED;
   }
 
   /**
-   * A call is about to be written to a worker.
+   * A call was admitted and run or queued: a queued one starts its wait now
+   * (one clock read only for calls that wait).
    *
-   * @param call The call (its `sentAt` not yet updated).
+   * @param call The call.
+   */
+  placed(call: TimedCall): void {
+    if (call.admittedAt === ADMITTED && call.sentAt === 0) {
+      call.admittedAt = performance.now();
+    }
+  }
+
+  /**
+   * A call is about to be written to a worker: sets its `sentAt`.
+   *
+   * @param call The call.
    */
   sending(call: TimedCall): void {
-    if (call.admittedAt === 0 || call.sentAt !== 0) return;
+    if (call.admittedAt === 0) return;
     const now = performance.now();
-    this.#wait.record(now - call.admittedAt);
+    if (call.sentAt !== 0) {
+      // A retry: its run time counts from this attempt.
+      call.sentAt = now;
+      return;
+    }
+    call.sentAt = now;
+    this.#wait.record(
+      call.admittedAt === ADMITTED ? 0 : now - call.admittedAt,
+    );
     this.#advance(now);
     this.#running++;
   }

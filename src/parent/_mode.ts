@@ -271,6 +271,7 @@ export abstract class ModeCore {
       );
     }
     if (!call.settled) this.admit(call);
+    this.metrics.placed(call);
     return call.promise;
   }
 
@@ -293,6 +294,7 @@ export abstract class ModeCore {
       this.options.label,
     );
     if (!call.settled) this.admit(call);
+    this.metrics.placed(call);
     return handle;
   }
 
