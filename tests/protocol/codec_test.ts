@@ -1199,6 +1199,38 @@ describe("decodeValue() objects of a repeated shape", () => {
     }
   });
 
+  test("decodeValue() gives back rows of a few shapes with any values exactly", () => {
+    const keySetArb = fc.uniqueArray(keyArb, { minLength: 1, maxLength: 6 });
+    fc.assert(
+      fc.property(
+        fc.array(keySetArb, { minLength: 1, maxLength: 3 }),
+        fc.array(fc.tuple(fc.nat(), valueArb, fc.boolean()), {
+          minLength: 16,
+          maxLength: 40,
+        }),
+        (keySets, cells) => {
+          const rows = cells.map(([pick, value, reverse]) => {
+            const keys = keySets[pick % keySets.length]!;
+            const row: Record<string, unknown> = {};
+            for (const key of reverse ? [...keys].reverse() : keys) {
+              Object.defineProperty(row, key, {
+                value,
+                writable: true,
+                enumerable: true,
+                configurable: true,
+              });
+            }
+            return row;
+          });
+          for (let round = 0; round < 2; round++) {
+            assertSame(roundTrip(rows), rows);
+          }
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
   test("decodeValue() keeps keys a literal cannot hold, and inherited names, as own properties", () => {
     const special = JSON.parse(
       '{"__proto__": 1, "constructor": 2, "toString": 3, "a b": 4, "0": 5}',
