@@ -8,6 +8,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   chmodSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   realpathSync,
@@ -17,16 +18,25 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
+import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import {
   findExecutable,
   recordWorkerWritable,
 } from "../../src/runtime/launch/executable.ts";
-import { checkNoLeaks } from "../_helpers.ts";
+import { checkNoLeaks, needsSandbox } from "../_helpers.ts";
 
 checkNoLeaks();
 
 const scratch = realpathSync(mkdtempSync(join(tmpdir(), "airlock-planted-")));
 after(() => rmSync(scratch, { recursive: true, force: true }));
+
+const REPO = realpathSync(fileURLToPath(new URL("../../", import.meta.url)));
+const BUN = realpathSync(join(REPO, "node_modules", ".bin", "bun"));
+const PARENT = fileURLToPath(
+  new URL("../fixtures/security/planting_parent.ts", import.meta.url),
+);
 
 function plant(path: string): void {
   writeFileSync(path, "#!/bin/sh\ntouch /tmp/airlock-pwned\n");
@@ -78,4 +88,31 @@ describe("planted binaries", () => {
       join(elsewhere, "tool.exe"),
     );
   });
+});
+
+describe("a planted runtime binary, end to end", () => {
+  test(
+    "a Bun worker plants node_modules/.bin/deno; the parent's next deno worker refuses it instead of running it",
+    {
+      ...needsSandbox(),
+    },
+    () => {
+      const project = join(scratch, "victim-project");
+      mkdirSync(join(project, "node_modules", ".bin"), { recursive: true });
+      writeFileSync(join(project, "package.json"), "{}");
+      const marker = join(scratch, "pwned");
+      const out = execFileSync(BUN, [PARENT, project, marker], {
+        encoding: "utf8",
+        cwd: project,
+        timeout: 120_000,
+        // No deno on PATH: the lookup reaches node_modules/.bin.
+        env: { PATH: "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" },
+      });
+      const report = JSON.parse(out.trim().split("\n").at(-1) ?? "{}");
+      assert.equal(existsSync(marker), false, "the planted binary ran");
+      assert.equal(report.started, false, JSON.stringify(report));
+      assert.equal(report.name, "PermissionError", report.message);
+      assert.match(report.message, /could have planted it/);
+    },
+  );
 });
