@@ -176,7 +176,11 @@ export interface CallTraceContext {
   traceparent?: string;
   /** A W3C `tracestate` to carry with it (512 characters at most). */
   tracestate?: string;
-  /** What the call resolved with (in `asyncStart` and `asyncEnd`). */
+  /**
+   * What the call resolved with (in `asyncStart` and `asyncEnd`); for a
+   * streaming op, its values in an array when awaited as a whole,
+   * `undefined` when iterated.
+   */
   result?: unknown;
   /** Why the call failed (in `error`, `asyncStart` and `asyncEnd`). */
   error?: unknown;
@@ -319,7 +323,9 @@ export function traceEnd(
   call.end.publish(context);
   promise.then(
     (result) => {
-      context.result = result;
+      // An iterated stream settles with an internal marker (a symbol, which
+      // no handler's value can be): its values went to the iterator.
+      context.result = typeof result === "symbol" ? undefined : result;
       call.asyncStart.publish(context);
       call.asyncEnd.publish(context);
     },

@@ -23,10 +23,17 @@ import {
 } from "../../mod.ts";
 import type traced from "../fixtures/trace_worker.ts";
 import {
+  findPython,
+  PYTHON_ENTRY,
+  pythonFixture,
+} from "../conformance/_python.ts";
+import {
   checkNoLeaks,
   fixture,
+  needs,
   needsWorkers,
   rejection,
+  RUNTIME,
   until,
   within,
 } from "../_helpers.ts";
@@ -114,6 +121,9 @@ describe("diagnostics channels", needsWorkers(), () => {
       assert.ok(start.startMs >= 0);
       assert.ok(Array.isArray(start.sandboxes));
       assert.deepEqual(start.sandboxes, s.stats().sandboxes);
+      // A Bun worker always runs in the OS sandbox (Bun has no permission
+      // model), and says which backends confine it.
+      if (RUNTIME === "bun") assert.ok(start.sandboxes.length > 0);
 
       assert.equal(await s.call("echo", [7]), 7);
       assert.deepEqual(calls.kinds("echo"), [
@@ -280,6 +290,19 @@ describe("diagnostics channels", needsWorkers(), () => {
     assert.equal(done.context.attempt, 1);
   });
 
+  test("an iterated stream is traced with no result, an awaited one with its values", async () => {
+    using calls = recordCalls();
+    await using s = await session<typeof traced>(worker);
+    const values: number[] = [];
+    for await (const value of s.stream("count", [3])) values.push(value);
+    assert.deepEqual(values, [0, 1, 2]);
+    assert.deepEqual(await s.call("count", [2]), [0, 1]);
+    const ends = calls.events.filter((event) => event.kind === "asyncEnd");
+    assert.equal(ends.length, 2);
+    assert.equal(ends[0]!.context.result, undefined);
+    assert.deepEqual(ends[1]!.context.result, [0, 1]);
+  });
+
   test("a call refused by a closed session is traced as error then end", async () => {
     using calls = recordCalls();
     const s = await session<typeof traced>(worker);
@@ -289,4 +312,45 @@ describe("diagnostics channels", needsWorkers(), () => {
     assert.equal(calls.events[1]!.context.error, error);
     assert.equal(calls.events[1]!.context.pid, undefined);
   });
+});
+
+const python = findPython();
+
+test("a Python worker accepts a traced call's trace context (and ignores it)", {
+  skip: needs("python3").skip ?? python.skip,
+}, async () => {
+  const channel = dc.tracingChannel<object, CallTraceContext>(
+    DIAGNOSTICS_CHANNELS.call,
+  );
+  const seen: CallTraceContext[] = [];
+  const handlers = {
+    start(message: unknown) {
+      const context = message as CallTraceContext;
+      if (context.module !== "conformance_worker.py") return;
+      context.traceparent = TRACEPARENT;
+      context.tracestate = "vendor=abc";
+    },
+    asyncEnd(message: unknown) {
+      const context = message as CallTraceContext;
+      if (context.module === "conformance_worker.py") seen.push(context);
+    },
+  };
+  channel.subscribe(handlers);
+  try {
+    await using s = await session(pythonFixture("conformance_worker.py"), {
+      command: [
+        python.path ?? "python3",
+        "-B",
+        PYTHON_ENTRY,
+        pythonFixture("conformance_worker.py"),
+      ],
+      permissions: "all",
+    });
+    assert.equal(await s.call("echo", ["traced"]), "traced");
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0]!.result, "traced");
+    assert.equal(seen[0]!.pid, s.pid);
+  } finally {
+    channel.unsubscribe(handlers);
+  }
 });
