@@ -19,7 +19,40 @@ import type * as DiagnosticsChannel from "node:diagnostics_channel";
 import { diagnosticsChannel } from "../runtime/node_builtins.ts";
 import type { SandboxBackend } from "../runtime/launch/types.ts";
 
-/** The names of airlock's diagnostics channels. */
+/**
+ * The names of airlock's diagnostics channels (`node:diagnostics_channel`).
+ * Nothing is published on a channel without a subscriber. See
+ * docs/observability.md.
+ *
+ * @example Watch workers start
+ * ```ts
+ * import {
+ *   DIAGNOSTICS_CHANNELS,
+ *   session,
+ *   type WorkerStartEvent,
+ * } from "@airlock/airlock";
+ * import dc from "node:diagnostics_channel";
+ * import assert from "node:assert/strict";
+ *
+ * const worker = `data:text/typescript,${encodeURIComponent(`
+ *   import { defineWorker } from "${import.meta.resolve("@airlock/airlock/worker")}";
+ *   export default defineWorker({ ping: () => "pong" });
+ * `)}`;
+ *
+ * const starts: WorkerStartEvent[] = [];
+ * const onStart = (message: unknown) => {
+ *   starts.push(message as WorkerStartEvent);
+ * };
+ * dc.subscribe(DIAGNOSTICS_CHANNELS.workerStart, onStart);
+ * try {
+ *   await using s = await session(worker);
+ *   assert.equal(starts.at(-1)?.pid, s.pid);
+ *   assert.equal(starts.at(-1)?.mode, "session");
+ * } finally {
+ *   dc.unsubscribe(DIAGNOSTICS_CHANNELS.workerStart, onStart);
+ * }
+ * ```
+ */
 export const DIAGNOSTICS_CHANNELS = {
   /** A worker became ready (its `setup` done): {@linkcode WorkerStartEvent}. */
   workerStart: "airlock:worker:start",
