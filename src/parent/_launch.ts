@@ -52,7 +52,7 @@ export interface RoutedEvents extends ConnectionEvents {
 export function routedEvents(initial: ConnectionEvents): RoutedEvents {
   let target = initial;
   return {
-    onLost: (calls, exit) => target.onLost(calls, exit),
+    onLost: (calls, exit, unstarted) => target.onLost(calls, exit, unstarted),
     onTimeout: (call) => target.onTimeout(call),
     onSlotFree: () => target.onSlotFree?.(),
     route(next) {

@@ -366,20 +366,32 @@ export abstract class ModeCore {
   }
 
   /**
-   * Decides the fate of calls lost with a worker: a call to an idempotent op
-   * with attempts left is returned for a retry; any other fails with the
-   * crash.
+   * Decides the fate of calls lost with a worker: a call the worker never
+   * started (written ahead, still in its queue) goes back to the queue
+   * whatever its op; a call to an idempotent op with attempts left is
+   * returned for a retry; any other fails with the crash.
    *
-   * @param calls The calls the worker was running.
+   * @param calls The calls the worker was running, in the order written.
    * @param exit How it ended.
+   * @param unstarted Those of them the worker never started.
    * @returns The calls to retry, in order.
    */
-  protected lost(calls: CallRecord[], exit: ConnectionExit): PendingCall[] {
+  protected lost(
+    calls: CallRecord[],
+    exit: ConnectionExit,
+    unstarted: ReadonlySet<CallRecord> = new Set(),
+  ): PendingCall[] {
     const retry: PendingCall[] = [];
     const retrying = this.canRetry();
     for (const record of calls) {
       const call = record as PendingCall;
       if (call.settled) continue;
+      if (retrying && unstarted.has(record)) {
+        // Never started: running it elsewhere is its first run.
+        call.attempts--;
+        retry.push(call);
+        continue;
+      }
       const idempotent = call.idempotent ||
         this.#declaredIdempotent.has(call.op);
       // A stream that delivered a value is never run twice: its consumer

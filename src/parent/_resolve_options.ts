@@ -338,6 +338,12 @@ export function resolvePoolOptions<D>(
       DEFAULTS.concurrency,
       1,
     ),
+    pipeline: wholeNumber(
+      "pipeline",
+      options.pipeline,
+      DEFAULTS.pipeline,
+      0,
+    ),
     route: resolveRoute(options.route),
   };
 }

@@ -19,6 +19,7 @@ import {
   type EndMessage,
   type ErrorMessage,
   type HelloMessage,
+  LIMIT_MESSAGE_VERSION,
   type ResultMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
@@ -95,8 +96,17 @@ export interface CallRecord extends StreamableCall {
 
 /** What a connection tells its owner. */
 export interface ConnectionEvents {
-  /** Calls that were in flight when the process went away, not yet settled. */
-  onLost(calls: CallRecord[], exit: ConnectionExit): void;
+  /**
+   * Calls that were in flight when the process went away, not yet settled,
+   * in the order they were written; `unstarted` holds those of them the
+   * worker is known never to have started (written ahead, still in its
+   * queue), which may run elsewhere whatever their op.
+   */
+  onLost(
+    calls: CallRecord[],
+    exit: ConnectionExit,
+    unstarted: ReadonlySet<CallRecord>,
+  ): void;
   /** A call passed its deadline and was rejected. */
   onTimeout(call: CallRecord): void;
   /** The worker finished something it was running (occupancy went down). */
@@ -171,6 +181,20 @@ export class Connection {
   #fatal: StartFatal | undefined;
   #truncated: Truncation | undefined;
   #consecutiveTimeouts = 0;
+  /**
+   * Calls the worker runs at once, when it starts queued calls in arrival
+   * order (message version 3): its hello's `concurrency`, or less after
+   * {@linkcode Connection.limit}. `0`: unknown, any call written may have
+   * started.
+   */
+  #slots = 0;
+  /** Whether calls written beyond `#slots` hold their deadline until they start. */
+  #holdAhead = false;
+  /** Calls written ahead (waiting in the worker's queue), deadline held, in order. */
+  #ahead: CallRecord[] = [];
+  /** When each unanswered call was written here (a counter), by id. */
+  #writtenAt = new Map<number, number>();
+  #writes = 0;
 
   /** @internal Use {@linkcode startConnection}. */
   constructor(options: ConnectionOptions, child: ChildHandle) {
@@ -258,6 +282,34 @@ export class Connection {
     return readRssBytes(this.pid);
   }
 
+  /** Whether the worker starts queued calls in arrival order and honours `limit`. */
+  get ordered(): boolean {
+    return (this.#hello?.version ?? 0) >= LIMIT_MESSAGE_VERSION;
+  }
+
+  /**
+   * Limits a worker that honours it ({@linkcode Connection.ordered}) to
+   * `concurrency` calls at once, so that calls written beyond that wait in
+   * its queue and start, in order, as slots free up; their deadlines start
+   * when they do. Send before the first call.
+   *
+   * @param concurrency Calls at once (at most the worker's own).
+   * @returns Whether the worker honours it.
+   */
+  limit(concurrency: number): boolean {
+    if (!this.ordered || !this.#hello || this.#exit) return false;
+    this.#slots = Math.min(concurrency, this.#hello.concurrency);
+    this.#holdAhead = true;
+    this.#child.write(
+      encodeMessage({
+        type: "limit",
+        id: CONTROL_ID,
+        concurrency: this.#slots,
+      }),
+    ).catch(() => {});
+    return true;
+  }
+
   /**
    * Writes a call to the worker. Its promise settles through the record.
    *
@@ -266,16 +318,69 @@ export class Connection {
   send(call: CallRecord): void {
     call.attempts++;
     this.#pending.set(call.id, call);
+    if (this.#slots > 0) this.#writtenAt.set(call.id, this.#writes++);
     this.#syncRef();
-    // The deadline counts from when the call is written. Until the write
-    // completes it also counts from now, so a worker that stopped reading
-    // its stdin (a full pipe) cannot hold the call forever.
-    if (call.timeoutMs > 0) this.#deadlines.add(call);
+    const ahead = this.#holdAhead &&
+      this.#pending.size - this.#ahead.length > this.#slots;
+    if (ahead) {
+      // Written ahead: it waits in the worker's queue, its deadline with it.
+      this.#ahead.push(call);
+    } else if (call.timeoutMs > 0) {
+      // The deadline counts from when the call is written. Until the write
+      // completes it also counts from now, so a worker that stopped reading
+      // its stdin (a full pipe) cannot hold the call forever.
+      this.#deadlines.add(call);
+    }
     this.#child.write(call.chunks).then(() => {
       this.#deadlines.restart(call);
     }, () => {
       // The pipe broke: the exit handler reports the call as lost.
     });
+  }
+
+  /**
+   * The lost calls the worker never started. It starts calls in the order
+   * written, a queued one only once a running one's answer is out: of the
+   * calls not answered (those lost, and abandoned ones it may still have
+   * run), in the order written, only the first `#slots` can have started. That
+   * holds only if every answer it wrote was read.
+   *
+   * @param lost The calls lost, in the order written.
+   * @param complete Whether every answer was read (drained, no cut frame,
+   *   no protocol error).
+   * @returns Those never started.
+   */
+  #unstarted(lost: CallRecord[], complete: boolean): Set<CallRecord> {
+    const unstarted = new Set<CallRecord>();
+    if (this.#slots === 0 || !complete) return unstarted;
+    // Every call written here and not answered, abandoned ones included (a
+    // cancelled or timed-out call may hold its slot until the worker dies).
+    const byId = new Map(lost.map((call) => [call.id, call]));
+    const unanswered = [...this.#writtenAt]
+      .sort((a, b) => a[1] - b[1])
+      .map(([id]) => ({ call: byId.get(id) }));
+    for (let index = this.#slots; index < unanswered.length; index++) {
+      const call = unanswered[index]?.call;
+      if (call) unstarted.add(call);
+    }
+    return unstarted;
+  }
+
+  /**
+   * A call written ahead starts as one in a slot leaves: its deadline
+   * starts now. (A cancelled call may still hold its slot for a moment: the
+   * next deadline then starts early, never late.)
+   */
+  #promote(): void {
+    while (
+      this.#ahead.length > 0 &&
+      this.#pending.size - this.#ahead.length < this.#slots
+    ) {
+      const call = this.#ahead.shift() as CallRecord;
+      if (call.timeoutMs > 0 && this.#pending.get(call.id) === call) {
+        this.#deadlines.add(call);
+      }
+    }
   }
 
   #timeout(call: CallRecord, startedAt: number): void {
@@ -315,6 +420,9 @@ export class Connection {
   #abandon(call: CallRecord, reason: unknown, what: string): void {
     this.#pending.delete(call.id);
     this.#deadlines.delete(call.id);
+    const ahead = this.#ahead.indexOf(call);
+    if (ahead !== -1) this.#ahead.splice(ahead, 1);
+    else this.#promote();
     const grace = this.#options.cancelGraceMs;
     this.#cancelling.set(
       call.id,
@@ -569,6 +677,10 @@ export class Connection {
     if (!this.#hello) {
       if (message.type === "hello") {
         this.#hello = message;
+        // A worker of version 3 starts queued calls in arrival order.
+        if (message.version >= LIMIT_MESSAGE_VERSION) {
+          this.#slots = message.concurrency;
+        }
         this.#workerPid = this.#options.command.local
           ? this.#options.command.workerPid(this.spawnPid)
           : message.pid;
@@ -590,6 +702,7 @@ export class Connection {
       case "error":
       case "end": {
         const call = this.#pending.get(message.id);
+        this.#writtenAt.delete(message.id);
         if (!call) {
           // Late answer to a call that timed out or was cancelled: dropped.
           const grace = this.#cancelling.get(message.id);
@@ -603,6 +716,7 @@ export class Connection {
         this.#pending.delete(message.id);
         try {
           this.#deadlines.delete(message.id);
+          if (this.#ahead.length > 0) this.#promote();
           this.#consecutiveTimeouts = 0;
           this.#syncRef();
         } finally {
@@ -736,6 +850,14 @@ export class Connection {
     this.#exit = exit;
     this.#deadlines.stop();
     this.#stopStdoutCheck();
+    const lost = [...this.#pending.values()];
+    this.#pending.clear();
+    this.#ahead = [];
+    const unstarted = this.#unstarted(
+      lost,
+      drained && !this.#truncated && !this.#protocolError,
+    );
+    this.#writtenAt.clear();
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
     this.#cancelling.clear();
     if (!this.#hello) {
@@ -750,9 +872,7 @@ export class Connection {
         ),
       );
     }
-    const lost = [...this.#pending.values()];
-    this.#pending.clear();
-    if (lost.length > 0) this.#options.events.onLost(lost, exit);
+    if (lost.length > 0) this.#options.events.onLost(lost, exit, unstarted);
     this.#syncRef();
     return exit;
   }

@@ -390,6 +390,20 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    */
   concurrency?: number;
   /**
+   * Calls written ahead to a worker whose slots (`concurrency`) are full:
+   * they wait in the worker's queue and start the moment a running call
+   * ends, without a round trip through the parent. Their deadlines
+   * (`timeoutMs`) start when they start. If the worker crashes, the calls it
+   * had not started go back to the queue whatever their op (they never ran).
+   * A call written ahead waits for the calls before it on that worker even if
+   * another worker becomes free (a long call or stream holds up to this many
+   * behind it); `0` turns it off. Applies to workers speaking message
+   * version 3 (TypeScript workers; see docs/PROTOCOL.md).
+   *
+   * @default {2}
+   */
+  pipeline?: number;
+  /**
    * The sticky key of a call made without a `key` call option (e.g. through
    * the typed proxy): calls with the same key run on the same live worker.
    * Return `undefined` for a call that may run anywhere. See the `key` call
@@ -466,6 +480,8 @@ export const DEFAULTS = Object.freeze(
     maxQueue: 10_000,
     /** Calls one pool worker runs at once. */
     concurrency: 1,
+    /** Calls written ahead to a busy pool worker. */
+    pipeline: 2,
     /** One-shot runners keep no spare processes. */
     spares: 0,
   } as const,
@@ -541,6 +557,7 @@ export const POOL_OPTION_KEYS: readonly string[] = keyList<PoolOptions>()([
   "maxRssBytes",
   "maxQueue",
   "concurrency",
+  "pipeline",
   "route",
 ]);
 
@@ -612,6 +629,8 @@ export interface ResolvedPoolOptions {
   maxQueue: number;
   /** Calls per worker at once. */
   concurrency: number;
+  /** Calls written ahead to a busy worker (0: none). */
+  pipeline: number;
   /** The key of a call without a `key` option. */
   route:
     | ((op: string, args: readonly unknown[]) => CallKey | undefined)

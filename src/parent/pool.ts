@@ -168,6 +168,8 @@ interface PoolWorker {
   idleTimer: ReturnType<typeof setTimeout> | undefined;
   /** The sticky keys bound to it. */
   keys: Set<CallKey>;
+  /** Calls it may hold: `concurrency`, plus `pipeline` if it honours `limit`. */
+  capacity: number;
 }
 
 class PoolCore extends ModeCore {
@@ -215,8 +217,7 @@ class PoolCore extends ModeCore {
     const stamp = this.tracker.stamp();
     const holder: { worker?: PoolWorker } = {};
     const events: ConnectionEvents = {
-      onLost: (calls: CallRecord[], exit: ConnectionExit) =>
-        this.#onLost(calls, exit),
+      onLost: (calls, exit, unstarted) => this.#onLost(calls, exit, unstarted),
       onTimeout: (call) => this.onTimeout(call),
       onSlotFree: () => {
         if (holder.worker) this.#onSlotFree(holder.worker);
@@ -233,7 +234,13 @@ class PoolCore extends ModeCore {
           succeeded: false,
           idleTimer: undefined,
           keys: new Set(),
+          capacity: this.limits.concurrency,
         };
+        // Calls written ahead start in order in the worker, one per freed
+        // slot: it must run no more than `concurrency` of them at once.
+        if (this.limits.pipeline > 0 && conn.limit(this.limits.concurrency)) {
+          worker.capacity += this.limits.pipeline;
+        }
         holder.worker = worker;
         this.adopted(conn);
         this.#workers.add(worker);
@@ -270,8 +277,12 @@ class PoolCore extends ModeCore {
     this.#checkDrained();
   }
 
-  #onLost(calls: CallRecord[], exit: ConnectionExit): void {
-    const retry = this.lost(calls, exit);
+  #onLost(
+    calls: CallRecord[],
+    exit: ConnectionExit,
+    unstarted: ReadonlySet<CallRecord>,
+  ): void {
+    const retry = this.lost(calls, exit, unstarted);
     if (retry.length > 0) this.queue.unshift(...retry);
   }
 
@@ -366,17 +377,32 @@ class PoolCore extends ModeCore {
     while (wanted-- > 0) this.#startWorker();
   }
 
-  /** Whether a worker takes another call now. */
-  #hasRoom(worker: PoolWorker): boolean {
-    return !worker.retiring && worker.conn.alive &&
-      worker.conn.occupancy < this.limits.concurrency;
+  /**
+   * Whether calls may be written ahead to busy workers: only once the pool
+   * is at `max` with no worker starting. Before that, queued calls wait for
+   * the workers being started (written ahead, they would queue behind a
+   * busy worker while a new one sits idle).
+   */
+  #aheadOpen(): boolean {
+    return this.#starting === 0 && this.#liveCount() >= this.limits.max;
   }
 
-  /** The worker with a free slot running the fewest calls, if any. */
-  #leastBusy(): PoolWorker | undefined {
+  /**
+   * Whether a worker takes another call now: a free slot, or room to write
+   * ahead when `ahead` allows it.
+   */
+  #hasRoom(worker: PoolWorker, ahead: boolean): boolean {
+    if (worker.retiring || !worker.conn.alive) return false;
+    const occupancy = worker.conn.occupancy;
+    return occupancy < this.limits.concurrency ||
+      (ahead && occupancy < worker.capacity);
+  }
+
+  /** The worker with room running the fewest calls, if any. */
+  #leastBusy(ahead: boolean = this.#aheadOpen()): PoolWorker | undefined {
     let best: PoolWorker | undefined;
     for (const worker of this.#workers) {
-      if (!this.#hasRoom(worker)) continue;
+      if (!this.#hasRoom(worker, ahead)) continue;
       if (
         !best || worker.conn.occupancy < best.conn.occupancy ||
         (worker.conn.occupancy === best.conn.occupancy &&
@@ -397,6 +423,7 @@ class PoolCore extends ModeCore {
    */
   #placeKeyed(): number {
     const queue = this.queue;
+    const ahead = this.#aheadOpen();
     let index = 0;
     while (index < queue.length) {
       const call = queue[index] as PendingCall;
@@ -404,13 +431,14 @@ class PoolCore extends ModeCore {
         queue.splice(index, 1);
         continue;
       }
-      const free = this.#leastBusy();
-      if (!free) break;
+      const free = this.#leastBusy(ahead);
       let target: PoolWorker | undefined = free;
       if (call.key !== undefined) {
+        // A key's calls may always be written ahead to its own worker: they
+        // cannot run elsewhere.
         const owner = this.#keyOwner.get(call.key);
-        if (owner) target = this.#hasRoom(owner) ? owner : undefined;
-        else {
+        if (owner) target = this.#hasRoom(owner, true) ? owner : undefined;
+        else if (free) {
           this.#keyOwner.set(call.key, free);
           free.keys.add(call.key);
         }
@@ -489,8 +517,7 @@ class PoolCore extends ModeCore {
   }
 
   #hasFreeSlot(): boolean {
-    for (const worker of this.#workers) if (this.#hasRoom(worker)) return true;
-    return false;
+    return this.#leastBusy() !== undefined;
   }
 
   invalidate(): void {

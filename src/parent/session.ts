@@ -244,8 +244,12 @@ class SessionCore extends ModeCore implements ConnectionEvents {
     if (!this.#restarting && !this.#starting) this.start().catch(() => {});
   }
 
-  onLost(calls: CallRecord[], exit: ConnectionExit): void {
-    this.queue.push(...this.lost(calls, exit));
+  onLost(
+    calls: CallRecord[],
+    exit: ConnectionExit,
+    unstarted: ReadonlySet<CallRecord>,
+  ): void {
+    this.queue.push(...this.lost(calls, exit, unstarted));
   }
 
   restart(): Promise<void> {

@@ -1,6 +1,6 @@
 /**
- * The messages of the protocol (message version 2: version 1 plus streams
- * and progress), a discriminated union on `type`, with their encoding into
+ * The messages of the protocol (message version 3: version 1 plus streams
+ * and progress in 2, `limit` in 3), a discriminated union on `type`, with their encoding into
  * frames and their checked decoding. Pure: no I/O. See docs/PROTOCOL.md.
  *
  * @module
@@ -16,14 +16,17 @@ export const CONTROL_ID = 0;
 
 /**
  * The message version this code speaks, sent in the hello: 2 adds streams
- * (`items`, `end`, `credit`) and `progress` to version 1. The frame layout
- * has its own version (`PROTOCOL_VERSION` in frame.ts, still 1).
+ * (`items`, `end`, `credit`) and `progress` to version 1; 3 adds `limit`
+ * (a worker of version 3 honours it). The frame layout has its own version
+ * (`PROTOCOL_VERSION` in frame.ts, still 1).
  */
-export const MESSAGE_VERSION = 2;
+export const MESSAGE_VERSION = 3;
 /** The oldest message version a parent accepts in a hello. */
 export const OLDEST_MESSAGE_VERSION = 1;
 /** The first message version with streams and progress. */
 export const STREAM_MESSAGE_VERSION = 2;
+/** The first message version whose workers honour `limit`. */
+export const LIMIT_MESSAGE_VERSION = 3;
 
 /** Values of a stream in flight (sent, not yet credited) when a call sets no window. */
 export const DEFAULT_STREAM_WINDOW_ITEMS = 1024;
@@ -175,6 +178,20 @@ export interface CancelMessage {
   id: number;
 }
 
+/**
+ * Run at most `concurrency` calls at once, starting queued calls in the
+ * order they arrived (message version 3). A parent that writes calls ahead
+ * of a worker's free slots sends it before its first call.
+ */
+export interface LimitMessage {
+  /** Discriminant. */
+  type: "limit";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+  /** Calls the worker may run at once (at most its own `concurrency`). */
+  concurrency: number;
+}
+
 /** Finish what is in flight, acknowledge, exit. */
 export interface ShutdownMessage {
   /** Discriminant. */
@@ -207,6 +224,7 @@ export type ParentMessage =
   | CallMessage
   | CancelMessage
   | CreditMessage
+  | LimitMessage
   | ShutdownMessage;
 
 /** Every message of the protocol. */
@@ -220,6 +238,7 @@ const DIRECTION: Readonly<Record<Message["type"], CrossingDirection>> = {
   call: "to-worker",
   cancel: "to-worker",
   credit: "to-worker",
+  limit: "to-worker",
   shutdown: "to-worker",
   hello: "to-parent",
   fatal: "to-parent",
@@ -325,6 +344,14 @@ function requireCount(
   const value = record[key];
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
     fail(`"${type}" has an invalid "${key}" ${show(value)}`);
+  }
+  return value;
+}
+
+function requireLimit(record: Record<string, unknown>): number {
+  const value = record.concurrency;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+    fail(`"limit" has an invalid "concurrency" ${show(value)}`);
   }
   return value;
 }
@@ -522,6 +549,12 @@ export function decodeMessage(frame: Frame): Message {
       const phase = record.phase === "definition" ? "definition" : "import";
       return { type, id, phase, error: asError(record.error) };
     }
+    case "limit":
+      return {
+        type,
+        id: requireControl(record, type),
+        concurrency: requireLimit(record),
+      };
     case "shutdown":
       return { type, id: requireControl(record, type) };
     case "shutdown-ack":

@@ -113,7 +113,8 @@ export async function serve(
     (this: CallContext, ...args: unknown[]) => unknown
   >;
   const ops = Object.keys(handlers);
-  const concurrency = definition.concurrency;
+  /** Calls run at once: the definition's, or less if the parent limits it. */
+  let concurrency = definition.concurrency;
   /**
    * The calls running, with their abort controllers. A controller is made
    * when the handler first reads `this.signal` or a cancel arrives: most
@@ -389,6 +390,11 @@ export async function serve(
         state.wake?.();
         return;
       }
+      case "limit":
+        // Queued calls start in arrival order as slots free up: the parent
+        // knows from this which calls it wrote ahead had not started.
+        concurrency = Math.min(definition.concurrency, message.concurrency);
+        return;
       case "shutdown":
         if (shuttingDown) return;
         shuttingDown = true;

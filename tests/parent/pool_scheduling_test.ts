@@ -148,6 +148,7 @@ describe("pool() limits and failures (in memory)", () => {
       max: 1,
       maxQueue: 2,
       cancelGraceMs: 10,
+      pipeline: 0, // calls wait in the pool's queue, none in the worker's
     });
     const controller = new AbortController();
     const running = p.call("hang", [], { signal: controller.signal });
@@ -273,7 +274,12 @@ describe("pool() limits and failures (in memory)", () => {
 describe("pool() cancellation and close (in memory)", () => {
   test("pool() aborting a queued call removes it without touching any worker", async () => {
     using rt = runtime();
-    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    // No call written ahead: the second call waits in the pool's queue.
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      pipeline: 0,
+    });
     const pid = await p.whoami();
     const running = p.delay(30, "ran");
     const controller = new AbortController();

@@ -236,6 +236,18 @@ describe("decodeMessage() refusals", () => {
     );
   });
 
+  test("decodeMessage() reads a limit, and refuses one without a positive whole concurrency or with a call id", () => {
+    assert.deepEqual(decodeRecord({ type: "limit", id: 0, concurrency: 2 }), {
+      type: "limit",
+      id: 0,
+      concurrency: 2,
+    });
+    assertRefused({ type: "limit", id: 0, concurrency: 0 }, /"concurrency" 0/);
+    assertRefused({ type: "limit", id: 0, concurrency: 1.5 }, /"concurrency"/);
+    assertRefused({ type: "limit", id: 0 }, /"concurrency"/);
+    assertRefused({ type: "limit", id: 3, concurrency: 1 }, /limit/);
+  });
+
   test("decodeMessage() refuses malformed stream messages and windows", () => {
     assertRefused({ type: "items", id: 3, values: [] }, /non-empty list/);
     assertRefused({ type: "items", id: 3, values: "x" }, /non-empty list/);
@@ -280,8 +292,8 @@ describe("decodeMessage() refusals", () => {
 
   test("decodeMessage() refuses a hello of another version, with both versions named", () => {
     assertRefused(
-      { ...HELLO, version: 3 },
-      /version 3, this parent speaks 1 to 2/,
+      { ...HELLO, version: 4 },
+      /version 4, this parent speaks 1 to 3/,
     );
     assertRefused({ ...HELLO, version: 0 }, /version 0/);
     assertRefused({ ...HELLO, version: undefined }, /version undefined/);

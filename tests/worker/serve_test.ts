@@ -5,7 +5,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 
-import type { Message } from "../../src/protocol/messages.ts";
+import { type Message, MESSAGE_VERSION } from "../../src/protocol/messages.ts";
 import { checkNoLeaks, RUNTIME, within } from "../_helpers.ts";
 import { difference, valueArb } from "../protocol/_arbitraries.ts";
 import { spawnRawWorker } from "./_raw_worker.ts";
@@ -54,7 +54,7 @@ describe("serve() in a real worker process", () => {
     assert.deepEqual(hello, {
       type: "hello",
       id: 0,
-      version: 2,
+      version: MESSAGE_VERSION,
       pid: worker.pid,
       ops: OPS,
       runtime: `${RUNTIME} ${version}`,

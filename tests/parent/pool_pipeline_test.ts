@@ -1,0 +1,138 @@
+// pool() pipelining: calls written ahead to a busy worker wait in its queue
+// (the worker runs no more than `concurrency` at once), start in order the
+// moment a slot frees, keep their deadline until they start, and go back to
+// the queue if the worker dies before starting them (never run twice). On
+// the in-memory runtime (tests/_memory_adapter.ts): the real pool,
+// connection and serve() over in-memory streams.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { pool, WorkerCrashedError } from "../../mod.ts";
+import type memory from "../fixtures/memory_worker.ts";
+import { memoryWorker } from "../fixtures/memory_worker.ts";
+import { memoryRuntime } from "../_memory_adapter.ts";
+import { defineWorker } from "../../worker.ts";
+import { captureLog, fixture, rejection, until, within } from "../_helpers.ts";
+
+const MODULE = fixture("memory_worker.ts");
+const quiet = captureLog();
+
+function runtime() {
+  return memoryRuntime({
+    load: (child) => ({ default: memoryWorker(child.pid) }),
+  });
+}
+
+describe("pool() pipelining (in memory)", () => {
+  test("pool() writes calls ahead to a busy worker, and a crash sends those it had not started back to the queue", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    const first = await p.whoami();
+    const hung = p.hang();
+    // Written ahead (count is not idempotent): with concurrency 1 honoured,
+    // neither may start while `hang` runs.
+    const counts = [p.count(), p.count()];
+    let settled = 0;
+    for (const call of counts) call.finally(() => settled++).catch(() => {});
+    await until(
+      () => p.stats().perWorker[0]?.running === 3,
+      10_000,
+      "both calls written ahead",
+    );
+    assert.equal(p.stats().queued, 0, "nothing waits in the pool's queue");
+    assert.equal(settled, 0, "no call written ahead started beside hang");
+    rt.live().find((child) => child.pid === first)?.crash("SIGKILL");
+    const crash = await rejection(hung, WorkerCrashedError);
+    assert.equal(crash.op, "hang");
+    // They never started: each runs once, on the new worker.
+    assert.deepEqual(await within(Promise.all(counts), 10_000, "counts"), [
+      1,
+      2,
+    ]);
+    // Both ran on the new worker (its third count is 3), none on the old.
+    assert.notEqual(await p.whoami(), first);
+    assert.equal(await p.count(), 3);
+    const stats = p.stats();
+    assert.equal(stats.failed, 1);
+    assert.equal(stats.completed, 5);
+  });
+
+  test("pool() with concurrency 1 runs calls written ahead one after the other, each the moment the one before ends", async () => {
+    const spans = defineWorker({
+      /** Waits `ms` and reports when it ran. */
+      async span(ms: number) {
+        const start = Date.now();
+        await new Promise((resolve) => setTimeout(resolve, ms));
+        return { start, end: Date.now() };
+      },
+    });
+    using _rt = memoryRuntime({ load: () => ({ default: spans }) });
+    await using p = pool<typeof spans>(MODULE, { ...quiet, max: 1 });
+    await p.span(0);
+    const runs = await within(
+      Promise.all([p.span(40), p.span(40), p.span(40)]),
+      10_000,
+      "three calls",
+    );
+    for (let i = 1; i < runs.length; i++) {
+      const [before, after] = [runs[i - 1], runs[i]] as [
+        { start: number; end: number },
+        { start: number; end: number },
+      ];
+      assert.ok(
+        after.start >= before.end,
+        `no overlap: ${JSON.stringify(runs)}`,
+      );
+    }
+    assert.equal(p.stats().perWorker[0]?.calls, 4);
+  });
+
+  test("pool() starts the deadline of a call written ahead when the call starts", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    await p.whoami();
+    const slow = p.delay(300, "slow");
+    // Written ahead with a deadline shorter than the call before it.
+    const quick = p.call("add", [2, 3], { timeoutMs: 200 });
+    await until(
+      () => p.stats().perWorker[0]?.running === 2,
+      10_000,
+      "the call written ahead",
+    );
+    assert.equal(await within(slow, 10_000, "slow"), "slow");
+    assert.equal(await within(quick, 10_000, "quick"), 5);
+    assert.equal(p.stats().timeouts, 0);
+  });
+
+  test("pool() writes ahead only once it runs max workers: queued calls wait for a worker being started", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 2 });
+    const pids = await within(
+      Promise.all(
+        [p.delay(50, 0), p.delay(50, 0)].map((call) =>
+          call.then(() => p.stats().perWorker.length)
+        ),
+      ),
+      10_000,
+      "two calls",
+    );
+    assert.deepEqual(pids, [2, 2]);
+    const busy = p.stats().perWorker.map((worker) => worker.calls);
+    assert.deepEqual(busy, [1, 1], "one call each, none written ahead");
+  });
+
+  test("pool() with pipeline 0 keeps every call in its own queue until a slot frees", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      pipeline: 0,
+    });
+    await p.whoami();
+    const slow = p.delay(50, "slow");
+    const next = p.whoami();
+    assert.equal(p.stats().queued, 1);
+    assert.equal(p.stats().perWorker[0]?.running, 1);
+    await within(Promise.all([slow, next]), 10_000, "both calls");
+    assert.throws(() => pool(MODULE, { pipeline: -1 }), RangeError);
+  });
+});
