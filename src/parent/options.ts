@@ -361,9 +361,13 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
   idleTimeoutMs?: number;
   /**
    * A worker is recycled after this many calls. Its replacement starts in
-   * the background while it serves its last tenth of calls, so no call waits
-   * for a start; meanwhile the pool may run one worker more than `max`. `0`
-   * turns recycling off.
+   * the background once the calls it has left would take about as long as a
+   * start (from the last start's time and the worker's pace), and at the
+   * latest for its last tenth of calls, so that it is ready when the worker
+   * retires; meanwhile the pool runs one worker more than `max` per worker
+   * being replaced (with fast calls, each worker's replacement may start as
+   * soon as the worker does: up to twice `max` processes). `0` turns
+   * recycling off.
    *
    * @default {0}
    */

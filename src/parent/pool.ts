@@ -165,6 +165,8 @@ interface PoolWorker {
   retiring: boolean;
   /** Whether its replacement (after maxTasksPerWorker) has been started. */
   succeeded: boolean;
+  /** When it joined the pool (ms since the epoch), for its pace. */
+  adoptedAt: number;
   idleTimer: ReturnType<typeof setTimeout> | undefined;
   /** The sticky keys bound to it. */
   keys: Set<CallKey>;
@@ -180,6 +182,8 @@ class PoolCore extends ModeCore {
   #starts = new Set<Promise<void>>();
   #drainWaiters: (() => void)[] = [];
   #reaped = 0;
+  /** How long the last worker start took, in ms (0 until one has). */
+  #startMs = 0;
   /** Which live worker each sticky key is bound to. */
   #keyOwner = new Map<CallKey, PoolWorker>();
   /** Admitted keyed calls not yet settled: 0 keeps the plain FIFO path. */
@@ -223,15 +227,18 @@ class PoolCore extends ModeCore {
         if (holder.worker) this.#onSlotFree(holder.worker);
       },
     };
+    const begun = Date.now();
     const start = launchWorker(this.options, this.adapter, events, "pool").then(
       (conn) => {
         this.#starts.delete(start);
+        this.#startMs = Date.now() - begun;
         const worker: PoolWorker = {
           conn,
           stamp,
           calls: 0,
           retiring: false,
           succeeded: false,
+          adoptedAt: Date.now(),
           idleTimer: undefined,
           keys: new Set(),
           capacity: this.limits.concurrency,
@@ -464,19 +471,29 @@ class PoolCore extends ModeCore {
     this.send(worker.conn, call);
     const limit = this.limits.maxTasksPerWorker;
     if (limit === 0) return;
-    // The replacement starts while the worker serves its last tenth of calls,
-    // so that it is ready when the worker retires: no call waits for a start.
-    if (
-      !worker.succeeded &&
-      worker.calls >= limit - Math.max(1, Math.ceil(limit / 10))
-    ) {
-      let leaving = 0;
-      for (const other of this.#workers) {
-        if (other.succeeded && !other.retiring) leaving++;
-      }
-      if (this.#liveCount() + this.#starting - leaving < this.limits.max) {
-        worker.succeeded = true;
-        this.#startWorker();
+    // The replacement starts early enough to be ready when the worker
+    // retires: when the calls left would take about as long as a start (from
+    // the last start's time and this worker's pace, with a margin), and no
+    // later than its last tenth of calls. The worker counts as leaving, so a
+    // pool at `max` runs one worker more per worker being replaced.
+    if (!worker.succeeded) {
+      const left = limit - worker.calls;
+      const msPerCall = (Date.now() - worker.adoptedAt) / worker.calls;
+      const lead = Math.max(
+        Math.ceil(limit / 10),
+        msPerCall > 0 ? Math.ceil((1.5 * this.#startMs) / msPerCall) : limit,
+      );
+      if (left <= lead) {
+        let leaving = 0;
+        for (const other of this.#workers) {
+          if ((other.succeeded || other === worker) && !other.retiring) {
+            leaving++;
+          }
+        }
+        if (this.#liveCount() + this.#starting - leaving < this.limits.max) {
+          worker.succeeded = true;
+          this.#startWorker();
+        }
       }
     }
     if (worker.calls >= limit) {

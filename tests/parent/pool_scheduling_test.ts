@@ -103,7 +103,8 @@ describe("pool() dispatch (in memory)", () => {
       10_000,
       "recycled workers end",
     );
-    assert.equal(rt.live().length, 1);
+    // The current worker, and perhaps its replacement started ahead.
+    assert.ok(rt.live().length <= 2, `live: ${rt.live().length}`);
   });
 
   test("pool() stops idle workers after idleTimeoutMs, and keeps min alive", async () => {
