@@ -17,7 +17,7 @@
  * @module
  */
 
-import { isAbsolute, posix } from "../node_builtins.ts";
+import { isAbsolute } from "../node_builtins.ts";
 import { LANDLOCK_ACCESS_FILE } from "./spec.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { isGranted } from "../permissions.ts";
