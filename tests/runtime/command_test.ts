@@ -17,6 +17,7 @@ import { oneShot, session, WorkerStartError } from "../../mod.ts";
 import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
 import { findExecutable } from "../../src/runtime/launch/executable.ts";
 import { wrapperFailure } from "../../src/runtime/launch/exit.ts";
+import { isStartupVariable } from "../../src/runtime/launch/bwrap.ts";
 import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { detect } from "../../src/runtime/detect.ts";
@@ -67,11 +68,30 @@ describe("buildWorkerCommand()", () => {
       ...needs("bwrap"),
     },
     () => {
-      const command = buildWorkerCommand(input({ runtime: "bun" }), adapter);
+      const command = buildWorkerCommand(
+        input({ runtime: "bun", env: { DB_PASSWORD: "s3cret-value" } }),
+        adapter,
+      );
       assert.ok(command.wrappers.includes("bwrap"), command.wrappers.join());
       const argv = command.spawn.argv;
       assert.ok(argv.includes(BWRAP ?? ""), argv.join(" "));
-      assert.deepEqual(command.spawn.env, {}, "bwrap sets the worker's env");
+      // The worker's variables reach bubblewrap through its environment
+      // (held for the confine step), never on a command line that every
+      // process can read in /proc/<pid>/cmdline.
+      assert.ok(
+        Object.values(command.spawn.env).includes("s3cret-value"),
+        JSON.stringify(command.spawn.env),
+      );
+      assert.ok(
+        argv.every((arg) => !arg.includes("s3cret-value")),
+        argv.join(" "),
+      );
+      assert.ok(
+        Object.keys(command.spawn.env).every((name) =>
+          !isStartupVariable(name)
+        ),
+        JSON.stringify(command.spawn.env),
+      );
       const inner = argv.slice(argv.lastIndexOf("--") + 1);
       const bun = inner[0] ?? "";
       assert.equal(realpathSync(bun), bun, "the runtime binary is a real path");
