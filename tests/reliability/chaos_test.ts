@@ -139,6 +139,51 @@ describe("chaos", needsWorkers(), () => {
     }
   });
 
+  test(`pool() under ${CALLS} calls, 12 in flight on 2 workers of concurrency 1 with calls written ahead, workers killed from inside and outside: no write runs twice`, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
+    try {
+      // At max with concurrency 1, most calls are written ahead (pipeline 2):
+      // a crash must send back only those the worker had not started.
+      const p = pool(worker, {
+        ...workerOptions(dir),
+        max: 2,
+        prewarm: 2,
+        concurrency: 1,
+        pipeline: 2,
+      });
+      let report;
+      try {
+        report = await within(
+          runChaos({
+            call: (op, args, options) => p.call(op, args, options),
+            pids: () =>
+              p.stats().perWorker.filter((w) =>
+                !w.retiring && w.calls > w.running
+              ).map((w) => w.pid),
+          }, chaosOptions(dir)),
+          90_000,
+          "the chaos run",
+        );
+      } finally {
+        await p.close();
+      }
+      const stats = p.stats();
+      console.log(
+        accounting(`pipelined pool on ${RUNTIME}`, SEED, report, stats.crashed),
+      );
+      assert.deepEqual(report.problems.slice(0, 20), []);
+      assert.equal(report.ok + report.crashed, CALLS);
+      assert.ok(report.crashed > 0, "some calls crashed");
+      assert.equal(stats.completed, report.ok);
+      assert.equal(stats.failed, report.crashed);
+      assert.ok(stats.crashed > 0);
+      assert.equal(stats.workers, 0);
+      assert.equal(stats.queued, 0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test(`pool() under ${CALLS} calls, 12 in flight on 3 workers, recycling and workers killed from inside and outside, balances its books`, async () => {
     const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
     try {
