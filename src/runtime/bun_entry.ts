@@ -1,69 +1,52 @@
 /**
  * The worker entry of Bun workers, pre-bundled: airlock's worker side
- * (`workers/entry.ts` and the ~20 modules it imports) built once into one
- * JavaScript file and cached, so a Bun worker does not transpile and link
- * those modules on every start. In the OS sandbox Bun runs without its
- * transpiler cache, where this halves the CPU a worker spends before it is
- * ready (see docs/benchmarks.md, (e)). The user's module is not bundled: it
- * is imported at run time as before.
+ * (`workers/entry.ts` and the ~20 modules it imports) built into one
+ * JavaScript file, so a Bun worker does not transpile and link those modules
+ * on every start. In the OS sandbox Bun runs without its transpiler cache,
+ * where this halves the CPU a worker spends before it is ready (see
+ * docs/benchmarks.md, (e)). The user's module is not bundled: it is imported
+ * at run time as before.
  *
- * One bundle per airlock tree and Bun binary, kept under
- * `$XDG_CACHE_HOME/airlock/bun-entry` (or `~/.cache/…`) with a stamp of the
- * sizes and modification times of airlock's source files and the binary; it
- * is rebuilt (with the worker's own `bun build`, written atomically) when the
- * stamp no longer matches. Where it cannot be
- * built (no cache directory, a read-only one, a failed build) workers run
- * `workers/entry.ts` itself, as before: slower, never less confined (the
- * bundle is mounted read-only like the rest of airlock's code).
+ * Built once per parent process and Bun binary (the worker's own
+ * `bun build`, about 0.05 s) into a private directory of this process
+ * (`mkdtemp` under the temporary directory, mode 0700, removed when the
+ * process exits), never into a cache shared between processes: a bundle
+ * kept in `~/.cache` could be rewritten by a worker of any later program
+ * granted write there, and no mark stored beside it can prove otherwise.
+ * The parent keeps the bundle's SHA-256 in memory and checks the file
+ * against it before every worker start; a bundle that changed (or lies where
+ * a worker of this process may write, see launch/command.ts) is not used
+ * again, and workers run `workers/entry.ts` itself: slower, never less
+ * confined (the bundle is mounted read-only like the rest of airlock's code).
+ * Where it cannot be built (no temporary directory, a failed build) workers
+ * run `workers/entry.ts` too.
  *
  * @module
  */
 
 import {
-  dirname,
+  createHash,
   existsSync,
   join,
   mkdirSync,
-  readdirSync,
+  mkdtempSync,
   readFileSync,
-  renameSync,
   rmSync,
   spawnSync,
-  statSync,
-  writeFileSync,
+  tmpdir,
 } from "./node_builtins.ts";
 
-/** Built or looked up once per process: key `binary\0entry`. */
-const bundles = new Map<string, string | undefined>();
-
-/** The source files that decide the bundle: all of airlock's code. */
-function sources(root: string, entry: string): string[] {
-  const found: string[] = [];
-  const walk = (dir: string): void => {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) walk(path);
-      else if (/\.(ts|js)$/.test(entry.name)) found.push(path);
-    }
-  };
-  walk(join(root, "src"));
-  found.push(entry);
-  return found.sort();
+/** A built bundle and the SHA-256 of what was built. */
+interface Built {
+  file: string;
+  sha256: string;
 }
 
-/**
- * What the bundle was built from: each source's size and modification
- * time, and the Bun binary's. A bundle is reused while this is unchanged
- * (stat calls only: no file is read or hashed on the way to a worker).
- */
-function stamp(binary: string, entry: string): string {
-  const parts: string[] = [];
-  for (const path of [binary, ...sources(dirname(dirname(entry)), entry)]) {
-    const info = statSync(path);
-    parts.push(`${path}\0${info.size}\0${info.mtimeMs}`);
-  }
-  return parts.join("\n");
-}
+/** Built once per process: key `binary\0entry` (`undefined`: not usable). */
+const bundles = new Map<string, Built | undefined>();
+
+/** This process's private directory, created on first use. */
+let privateDir: string | undefined;
 
 /** A short, stable name for a string (FNV-1a, 2 x 32 bits). */
 function shortHash(text: string): string {
@@ -78,88 +61,99 @@ function shortHash(text: string): string {
     (b >>> 0).toString(16).padStart(8, "0");
 }
 
-function readText(path: string): string | undefined {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return undefined;
-  }
+function sha256(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
 }
 
-function cacheDir(
-  env: Readonly<Record<string, string | undefined>>,
-): string | undefined {
-  const base = env.XDG_CACHE_HOME ??
-    (env.HOME ? join(env.HOME, ".cache") : undefined);
-  return base === undefined ? undefined : join(base, "airlock", "bun-entry");
+function directory(onExit: (callback: () => void) => void): string {
+  if (privateDir === undefined) {
+    // mkdtemp creates the directory with mode 0700, under a new name.
+    const created = mkdtempSync(join(tmpdir(), "airlock-"));
+    privateDir = created;
+    onExit(() => {
+      try {
+        rmSync(created, { recursive: true, force: true });
+      } catch {
+        // Exiting anyway.
+      }
+    });
+  }
+  const dir = join(privateDir, "bun-entry");
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return dir;
 }
 
 function build(
   binary: string,
   entry: string,
   env: Readonly<Record<string, string | undefined>>,
-): string | undefined {
-  const dir = cacheDir(env);
+  onExit: (callback: () => void) => void,
+): Built | undefined {
   // airlock's own tree (from source, or as published: `.js`).
-  if (dir === undefined || !/\/workers\/entry\.[jt]s$/.test(entry)) {
+  if (!/\/workers\/entry\.[jt]s$/.test(entry)) return undefined;
+  const dir = directory(onExit);
+  const file = join(dir, `entry-${shortHash(`${binary}\0${entry}`)}.js`);
+  const result = spawnSync(
+    binary,
+    ["build", entry, "--target=bun", "--outfile", file],
+    {
+      stdio: "ignore",
+      env: { PATH: env.PATH ?? "/usr/bin:/bin", NO_COLOR: "1" },
+      timeout: 60_000,
+    },
+  );
+  if (result.status !== 0 || !existsSync(file)) {
+    rmSync(file, { force: true });
     return undefined;
   }
-  const current = stamp(binary, entry);
-  // One bundle per airlock tree and Bun binary; its stamp says what from.
-  const name = `entry-${shortHash(`${binary}\0${entry}`)}`;
-  const file = join(dir, `${name}.js`);
-  const stampFile = join(dir, `${name}.stamp`);
-  if (existsSync(file) && readText(stampFile) === current) return file;
-  mkdirSync(dir, { recursive: true });
-  const unique = Math.random().toString(36).slice(2);
-  const partial = `${file}.${unique}.partial`;
-  const partialStamp = `${stampFile}.${unique}.partial`;
+  return { file, sha256: sha256(readFileSync(file)) };
+}
+
+/** Whether the file still holds exactly what was built. */
+function intact(built: Built): boolean {
   try {
-    const result = spawnSync(
-      binary,
-      ["build", entry, "--target=bun", "--outfile", partial],
-      {
-        stdio: "ignore",
-        env: { PATH: env.PATH ?? "/usr/bin:/bin", NO_COLOR: "1" },
-        timeout: 60_000,
-      },
-    );
-    if (result.status !== 0 || !existsSync(partial)) return undefined;
-    // The stamp last: a bundle without its stamp is rebuilt.
-    rmSync(stampFile, { force: true });
-    renameSync(partial, file);
-    writeFileSync(partialStamp, current);
-    renameSync(partialStamp, stampFile);
-    return file;
-  } finally {
-    rmSync(partial, { force: true });
-    rmSync(partialStamp, { force: true });
+    return sha256(readFileSync(built.file)) === built.sha256;
+  } catch {
+    return false;
   }
 }
 
 /**
  * The pre-bundled worker entry for Bun workers run by `binary`, building it
- * on first use.
+ * on first use in this process and checking it against the hash kept in
+ * memory on every call.
  *
  * @param binary The Bun binary the workers run (real path).
  * @param entry The path of `workers/entry.ts`.
- * @param env The parent's environment (for the cache directory and PATH).
+ * @param env The parent's environment (for `PATH`).
+ * @param onExit Registers a callback run when this process exits (the
+ *   private directory is removed then).
  * @returns The bundle's path, or `undefined` when workers must run `entry`
- *   itself.
+ *   itself (it could not be built, or it changed since it was built).
  */
 export function bunEntryBundle(
   binary: string,
   entry: string,
   env: Readonly<Record<string, string | undefined>>,
+  onExit: (callback: () => void) => void,
 ): string | undefined {
   const key = `${binary}\0${entry}`;
-  if (bundles.has(key)) return bundles.get(key);
-  let file: string | undefined;
-  try {
-    file = build(binary, entry, env);
-  } catch {
-    file = undefined;
+  let built: Built | undefined;
+  if (bundles.has(key)) {
+    built = bundles.get(key);
+  } else {
+    try {
+      built = build(binary, entry, env, onExit);
+    } catch {
+      built = undefined;
+    }
+    bundles.set(key, built);
   }
-  bundles.set(key, file);
-  return file;
+  if (built === undefined) return undefined;
+  if (!intact(built)) {
+    // Someone wrote it: never again in this process.
+    bundles.set(key, undefined);
+    return undefined;
+  }
+  return built.file;
 }

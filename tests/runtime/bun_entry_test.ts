@@ -1,19 +1,20 @@
 // The pre-bundled worker entry of Bun workers (src/runtime/bun_entry.ts):
-// built once into the cache, runnable, refused quietly where it cannot be
-// built, and what a Bun worker actually runs. Runs under both runners: it
-// runs bun itself.
+// built once per process into a private directory, runnable, never given
+// again once changed, refused quietly where it cannot be built, and what a
+// Bun worker actually runs. Runs under both runners: it runs bun itself.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import {
-  existsSync,
   mkdirSync,
-  readdirSync,
   readFileSync,
   realpathSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { session } from "../../mod.ts";
 import { bunEntryBundle } from "../../src/runtime/bun_entry.ts";
@@ -46,45 +47,64 @@ function tree(dir: string, text: string): string {
   return entry;
 }
 
+/** Removes the private directory when this test process exits. */
+const onExit = (callback: () => void): void => {
+  process.on("exit", callback);
+};
+
 describe("bunEntryBundle()", () => {
-  test("bunEntryBundle() builds one runnable file into the cache and reuses it", () => {
+  test("bunEntryBundle() builds one runnable file into a private directory of this process and reuses it", () => {
     using dir = scratchDir("bun-entry");
     const entry = tree(dir.join("a"), "from the bundle");
-    const env = { XDG_CACHE_HOME: dir.join("cache"), PATH: "/usr/bin:/bin" };
-    const bundle = bunEntryBundle(bun, entry, env);
+    const env = { PATH: "/usr/bin:/bin" };
+    const bundle = bunEntryBundle(bun, entry, env, onExit);
     assert.ok(bundle, "a bundle was built");
-    assert.equal(dirname(bundle), dir.join("cache", "airlock", "bun-entry"));
+    // Never in a cache shared between processes: a new directory of this
+    // process, 0700, under the temporary directory.
+    assert.ok(dirname(bundle).startsWith(join(tmpdir(), "airlock-")));
+    assert.equal(statSync(dirname(dirname(bundle))).mode & 0o777, 0o700);
     assert.equal(
       execFileSync(bun, [bundle], { encoding: "utf8" }).trim(),
       "from the bundle",
     );
-    // The bundle and its stamp, no partial file left; asked again, the same.
-    const name = bundle.split("/").at(-1) as string;
-    assert.deepEqual(readdirSync(dirname(bundle)).sort(), [
-      name,
-      name.replace(/\.js$/, ".stamp"),
-    ]);
-    assert.match(
-      readFileSync(bundle.replace(/\.js$/, ".stamp"), "utf8"),
-      /say\.ts\0\d+\0/,
-    );
-    assert.equal(bunEntryBundle(bun, entry, env), bundle);
+    assert.equal(bunEntryBundle(bun, entry, env, onExit), bundle);
     // Other sources, another bundle.
-    const other = bunEntryBundle(bun, tree(dir.join("b"), "other"), env);
+    const other = bunEntryBundle(
+      bun,
+      tree(dir.join("b"), "other"),
+      env,
+      onExit,
+    );
     assert.ok(other && other !== bundle);
     assert.match(readFileSync(other, "utf8"), /other/);
   });
 
-  test("bunEntryBundle() gives undefined where it cannot build, leaving nothing behind", () => {
+  test("bunEntryBundle() never gives a bundle that changed after it was built", () => {
     using dir = scratchDir("bun-entry");
-    const entry = tree(dir.join("a"), "x");
-    assert.equal(bunEntryBundle(bun, entry, { PATH: "/usr/bin" }), undefined);
+    const entry = tree(dir.join("a"), "built");
+    const env = { PATH: "/usr/bin:/bin" };
+    const bundle = bunEntryBundle(bun, entry, env, onExit);
+    assert.ok(bundle, "a bundle was built");
+    const source = readFileSync(bundle, "utf8");
+    writeFileSync(bundle, `console.log("planted");\n${source}`);
+    assert.equal(bunEntryBundle(bun, entry, env, onExit), undefined);
+    // Put back as it was, still refused: a bundle once changed is never
+    // trusted again in this process.
+    writeFileSync(bundle, source);
+    assert.equal(bunEntryBundle(bun, entry, env, onExit), undefined);
+  });
+
+  test("bunEntryBundle() gives undefined where it cannot build", () => {
+    using dir = scratchDir("bun-entry");
     const broken = tree(dir.join("broken"), "x");
     writeFileSync(broken, "export const = ;\n");
-    const env = { XDG_CACHE_HOME: dir.join("cache") };
-    assert.equal(bunEntryBundle(bun, broken, env), undefined);
-    const cache = dir.join("cache", "airlock", "bun-entry");
-    assert.deepEqual(existsSync(cache) ? readdirSync(cache) : [], []);
+    const bundle = bunEntryBundle(bun, broken, {}, onExit);
+    assert.equal(bundle, undefined);
+    // Not airlock's entry: not bundled.
+    const other = join(dir.join("a"), "main.ts");
+    mkdirSync(dirname(other), { recursive: true });
+    writeFileSync(other, "console.log(1);\n");
+    assert.equal(bunEntryBundle(bun, other, {}, onExit), undefined);
   });
 });
 

@@ -2,13 +2,15 @@
 // between a worker and the next one). A worker that may write a cache that
 // later workers load code from plants code that runs with their grants.
 //
-// 1. Bun's pre-bundled entry (`$XDG_CACHE_HOME/airlock/bun-entry`) is one
-//    file for every Bun worker of every grant. A Bun worker granted write on
-//    the cache directory (`write: ["~/.cache"]`) prepended code to it; the
-//    next Bun worker, granted only `read: [secrets]`, ran that code and read
-//    the secret for it. Fixed within a process: a bundle where a worker of
-//    this process may write is not used. Still open across processes (a
-//    later parent process trusts the bundle by its stamp): todo below.
+// 1. Bun's pre-bundled entry was one file for every Bun worker of every
+//    grant, cached in `$XDG_CACHE_HOME/airlock/bun-entry`. A Bun worker
+//    granted write on the cache directory (`write: ["~/.cache"]`) prepended
+//    code to it; the next Bun worker, granted only `read: [secrets]`, ran
+//    that code and read the secret for it, in the same parent and in a later
+//    parent process (which trusted the bundle by a stamp beside it). Fixed:
+//    the bundle is built once per process into a private directory, checked
+//    against the hash kept in the parent's memory before every start, and
+//    not used where a worker of this process may write.
 // 2. A sandboxed Deno worker's private code cache (`DENO_DIR` =
 //    `<DENO_DIR>/airlock-code/<key>`) is writable and kept from one start to
 //    the next, so a Deno worker whose native code (ffi) was exploited by the
@@ -17,7 +19,8 @@
 //    Deno's emit and V8 caches, code). Open: todo below.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
 import process from "node:process";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
@@ -37,26 +40,40 @@ const secrets = root.join("secrets");
 mkdirSync(secrets);
 writeFileSync(root.join("secrets", "s.txt"), "TOPSECRET");
 
-const PLANT = `const dir = arg + "/airlock/bun-entry";
-const bundles = fs.existsSync(dir) ? fs.readdirSync(dir).filter((n) => n.endsWith(".js")) : [];
-for (const name of bundles) {
-  const source = fs.readFileSync(dir + "/" + name, "utf8");
-  fs.writeFileSync(dir + "/" + name, 'globalThis.__planted = "planted";\\n' + source);
+const PLANT = `const source = fs.readFileSync(arg, "utf8");
+fs.writeFileSync(arg, 'globalThis.__planted = "planted";\\n' + source);
+return "written";`;
+
+let bundle: string | undefined;
+
+/** The bundle this process's Bun workers run (asked of the first one). */
+async function bundlePath(): Promise<string> {
+  if (bundle !== undefined) return bundle;
+  await using first = await session<typeof evaluate>(worker, {
+    ...captureLog(),
+    runtime: "bun",
+  });
+  const ran = await first.run("return process.argv[1]");
+  assert.equal(ran.ok, true);
+  bundle = String((ran as { value: unknown }).value);
+  return bundle;
 }
-return bundles.length;`;
 
 describe("the Bun entry bundle", { skip: sandboxSkip() }, () => {
-  test("a bun worker granted write on the cache plants no code in a later bun worker of this process", async () => {
-    {
-      await using planter = await session<typeof evaluate>(worker, {
-        ...captureLog(),
-        runtime: "bun",
-        permissions: { write: [cache] },
-      });
-      // The bundle its own start built: the attack was made.
-      const planted = await planter.run(PLANT, cache);
-      assert.deepEqual(planted, { ok: true, value: 1 });
-    }
+  test("a bundle planted by a worker of another process is not run", async () => {
+    // The bundle is built per process into a private directory; a worker of
+    // another program granted write on the temporary directory could still
+    // rewrite it there. Stands for that worker: this process rewrites the
+    // bundle its first Bun worker ran.
+    const file = await bundlePath();
+    assert.match(file, /\/bun-entry\/entry-[0-9a-f]+\.js$/);
+    // Never under the shared cache directory, which a later process would
+    // find again.
+    assert.ok(!file.startsWith(cache), file);
+    writeFileSync(
+      file,
+      `globalThis.__planted = "planted";\n${readFileSync(file, "utf8")}`,
+    );
     await using victim = await session<typeof evaluate>(worker, {
       ...captureLog(),
       runtime: "bun",
@@ -66,26 +83,17 @@ describe("the Bun entry bundle", { skip: sandboxSkip() }, () => {
     assert.deepEqual(seen, { ok: true, value: "clean" });
   });
 
-  test("a bundle planted by a worker of another process is not run", {
-    todo:
-      "open: a later parent trusts the bundle by its stamp, which a worker that could write the bundle can write too; fix: keep the bundle where only airlock's code lies (its own tree) or rebuild once per process",
-  }, async () => {
-    // Stands for a bundle left by a worker of an earlier process: planted
-    // after this process last looked, by a worker it never recorded.
-    await using planter = await session<typeof evaluate>(worker, {
-      ...captureLog(),
-      runtime: "bun",
-      permissions: { write: [root.join("secrets")] },
-    });
-    assert.equal((await planter.run("return 1")).ok, true);
-    const dir = `${cache}/airlock/bun-entry`;
-    const { readdirSync, readFileSync } = await import("node:fs");
-    for (const name of readdirSync(dir).filter((n) => n.endsWith(".js"))) {
-      const file = `${dir}/${name}`;
-      writeFileSync(
-        file,
-        `globalThis.__planted = "planted";\n${readFileSync(file, "utf8")}`,
-      );
+  test("a bun worker granted write where the bundle lies plants no code in a later bun worker of this process", async () => {
+    const file = await bundlePath();
+    {
+      await using planter = await session<typeof evaluate>(worker, {
+        ...captureLog(),
+        runtime: "bun",
+        permissions: { write: [dirname(dirname(file))] },
+      });
+      const planted = await planter.run(PLANT, file);
+      // The attack was made.
+      assert.deepEqual(planted, { ok: true, value: "written" });
     }
     await using victim = await session<typeof evaluate>(worker, {
       ...captureLog(),

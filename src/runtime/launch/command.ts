@@ -191,7 +191,12 @@ function innerCommand(
     // --no-env-file: Bun would load the project's .env into process.env;
     // the worker's environment is exactly `env` (and `inheritEnv`).
     const entryPath = fileURLToPath(entry);
-    bunBundle = bunEntryBundle(binary, entryPath, adapter.environment());
+    bunBundle = bunEntryBundle(
+      binary,
+      entryPath,
+      adapter.environment(),
+      (callback) => adapter.onExit(callback),
+    );
     // A bundle where a worker of this process may write (a grant covering
     // the cache directory) could hold that worker's code, which this worker
     // would run with its own grants: run the entry itself.
