@@ -70,6 +70,7 @@ import {
   decodeMessage,
   encodeMessage,
   type Message,
+  MESSAGE_VERSION,
 } from "../../src/protocol/messages.ts";
 import { isAlive, rejection, skipUnless, until, within } from "../_helpers.ts";
 
@@ -143,6 +144,11 @@ export interface ConformanceTarget {
    * protocol suite may grant everything: confinement has its own tests.
    */
   permissions?: PermissionsOption;
+  /**
+   * The message version its hello names (default: the one airlock's own
+   * worker speaks, `MESSAGE_VERSION`).
+   */
+  messageVersion?: number;
 }
 
 /** Every op a conformance worker serves. */
@@ -1022,7 +1028,7 @@ export function conformance(target: ConformanceTarget): void {
         assert.equal(hello.type, "hello");
         if (hello.type !== "hello") return;
         assert.equal(hello.id, 0);
-        assert.equal(hello.version, 2);
+        assert.equal(hello.version, target.messageVersion ?? MESSAGE_VERSION);
         assert.equal(hello.pid, worker.pid);
         assert.deepEqual([...hello.ops].sort(), [...CONFORMANCE_OPS].sort());
         assert.match(hello.runtime, /^\S+ \S+/);
