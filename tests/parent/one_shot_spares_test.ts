@@ -2,7 +2,9 @@
 // at call time, one call each, stale spares discarded, close() stops them.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import process from "node:process";
 import { oneShot, SessionClosedError, WorkerStartError } from "../../mod.ts";
 import { liveWorkers } from "../../testing.ts";
 import type spareWorker from "../fixtures/spare_worker.ts";
@@ -10,8 +12,10 @@ import {
   captureLog,
   checkNoLeaks,
   fixture,
+  isAlive,
   needsWorkers,
   rejection,
+  RUNTIME,
   scratchDir,
   until,
 } from "../_helpers.ts";
@@ -116,6 +120,37 @@ describe("oneShot() spares", needsWorkers(), () => {
     const error = await rejection(run.times(), WorkerStartError);
     assert.equal(error.failure, "setup");
     assert.match(error.message, /setup refused/);
+  });
+
+  test("oneShot() spares do not keep the parent alive, and end with it", async () => {
+    const script = fixture("spare_parent.ts").pathname;
+    const argv = RUNTIME === "deno" ? ["run", "-A", script] : [script];
+    const { out, code } = await new Promise<{ out: string; code: number }>(
+      (resolve, reject) => {
+        const child = spawn(process.execPath, argv, {
+          stdio: ["ignore", "pipe", "inherit"],
+        });
+        let out = "";
+        const deadline = setTimeout(() => {
+          child.kill("SIGKILL");
+          reject(new Error(`parent still running after 60 s: ${out}`));
+        }, 60_000);
+        child.stdout.on("data", (chunk) => out += chunk);
+        child.on("error", reject);
+        child.on("close", (code) => {
+          clearTimeout(deadline);
+          resolve({ out, code: code ?? -1 });
+        });
+      },
+    );
+    assert.equal(code, 0);
+    const pids = JSON.parse(out.trim()) as number[];
+    assert.ok(pids.length >= 1, "a spare was live when the parent ended");
+    await until(
+      () => pids.every((pid) => !isAlive(pid)),
+      30_000,
+      "the spares end with their parent",
+    );
   });
 
   test("oneShot() refuses an invalid spares option", () => {
