@@ -42,6 +42,7 @@ const MESSAGES: [Record<string, unknown>, string[]][] = [
     { type: "fatal", id: 0, phase: "import", error: new Error("e") },
     ["id", "error"],
   ],
+  [{ type: "limit", id: 0, concurrency: 1 }, ["id", "concurrency"]],
   [{ type: "shutdown", id: 0 }, ["id"]],
   [{ type: "shutdown-ack", id: 0 }, ["id"]],
 ];
