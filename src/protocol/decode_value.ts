@@ -479,6 +479,9 @@ function readTextItem(what: string): string {
 // Object shapes: rows of objects with the same keys, built at once
 // ---------------------------------------------------------------------------
 
+/** The shape last used at each depth (mod 16), tried first. */
+const lastShapes: (Shape | undefined)[] = new Array<Shape | undefined>(16)
+  .fill(undefined);
 /** Shapes compiled by this decode. */
 let shapesMade = 0;
 /** Whether a decode is running (a custom type's decode may start another). */
@@ -508,11 +511,18 @@ function matchKey(shape: Shape, i: number): boolean {
  * per key). The first key that differs falls back to key-by-key reading.
  */
 function readObjectShaped(n: number, depth: number): Record<string, unknown> {
-  const start = at;
-  const first = readKey();
-  const shape = shapeOf(first);
-  if (shape === undefined || shape.keys.length !== n) {
-    return readObjectLearning(first, start, n, depth);
+  const slot = depth & 15;
+  let shape = lastShapes[slot];
+  // The shape last built at this depth (rows repeat): its first key's bytes
+  // are checked as they are, without reading the key as text.
+  if (shape === undefined || shape.keys.length !== n || !matchKey(shape, 0)) {
+    const start = at;
+    const first = readKey();
+    shape = shapeOf(first);
+    if (shape === undefined || shape.keys.length !== n) {
+      return readObjectLearning(first, start, n, depth);
+    }
+    lastShapes[slot] = shape;
   }
   const base = stackTop;
   stackTop = base + n;
