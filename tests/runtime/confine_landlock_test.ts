@@ -40,6 +40,29 @@ function accessOf(ruleset: LandlockRuleset, path: string): number {
 const TCP = LANDLOCK_ACCESS_NET.BIND_TCP | LANDLOCK_ACCESS_NET.CONNECT_TCP;
 
 describe("landlockRuleset()", () => {
+  test("landlockRuleset() lets a listOnly directory be listed, nothing more", () => {
+    const ruleset = landlockRuleset({
+      abi: 7,
+      permissions: resolvePermissions(undefined, "/app"),
+      executables: ["/opt/bun/bun"],
+      readOnly: ["/airlock/worker.ts"],
+      listOnly: ["/airlock"],
+    });
+    assert.equal(accessOf(ruleset, "/airlock"), LANDLOCK_ACCESS_FS.READ_DIR);
+    assert.equal(accessOf(ruleset, "/airlock/worker.ts"), ACCESS_READ);
+    assert.throws(
+      () =>
+        landlockRuleset({
+          abi: 7,
+          permissions: resolvePermissions(undefined, "/app"),
+          executables: [],
+          readOnly: [],
+          listOnly: ["airlock"],
+        }),
+      RangeError,
+    );
+  });
+
   test("landlockRuleset() with nothing granted handles every access and opens only the system", () => {
     const ruleset = build(undefined);
     assert.equal(ruleset.handledFs, (1 << 16) - 1);

@@ -106,6 +106,42 @@ describe("mount discovery", () => {
     assert.ok(!linkedDir.readOnly.includes("/"), linkedDir.readOnly.join());
   });
 
+  test("workerMounts() lets a Bun worker list airlock's root, not read it; a Deno worker neither", () => {
+    const entry = join(REPO, "workers", "entry.ts");
+    const { module } = project("listing");
+    const bun = workerMounts({ runtime: "bun", module, entry, env: {} });
+    assert.deepEqual(bun.listOnly, [REPO]);
+    assert.ok(!bun.readOnly.includes(REPO), bun.readOnly.join());
+    assert.ok(bun.readOnly.includes(join(REPO, "worker.ts")));
+    const deno = workerMounts({ runtime: "deno", module, entry, env: {} });
+    assert.deepEqual(deno.listOnly, []);
+    assert.ok(!deno.readOnly.includes(REPO), deno.readOnly.join());
+  });
+
+  test(
+    "a Bun worker importing airlock's root worker.ts by path starts with nothing granted and reads no other file of airlock's root",
+    {
+      skip: SKIP,
+    },
+    async () => {
+      // Bun's resolver lists <root> to import <root>/worker.ts: Landlock
+      // allows that listing alone (no read grant on airlock's checkout).
+      const { dir, module } = project("root-import");
+      await using s = await session<typeof hostile>(pathToFileURL(module), {
+        runtime: "bun",
+        cwd: dir,
+      });
+      assert.equal(typeof await s.ownPid(), "number");
+      assert.equal((await s.read(join(REPO, "README.md"))).ok, false);
+      assert.equal((await s.read(join(REPO, "deno.json"))).ok, false);
+      assert.equal(
+        (await s.plant(join(REPO, "planted.txt"), "x")).ok,
+        false,
+        "nothing written in airlock's root",
+      );
+    },
+  );
+
   test(
     "a worker that plants node_modules/evil -> / reads nothing more after a restart",
     {
@@ -117,12 +153,10 @@ describe("mount discovery", () => {
       const secret = join(secretDir, "secret.txt");
       writeFileSync(secret, "outside-secret");
       const { dir, module } = project("planted");
-      // A Bun worker: Deno refuses symlinks under scoped write grants. Read
-      // on airlock's checkout: Bun's resolver lists the directory of an
-      // absolute import, which Landlock refuses for a single-file rule.
+      // A Bun worker: Deno refuses symlinks under scoped write grants.
       await using s = await session<typeof hostile>(pathToFileURL(module), {
         runtime: "bun",
-        permissions: { write: [dir], read: [REPO] },
+        permissions: { write: [dir] },
         cwd: dir,
       });
       assert.equal((await s.read(secret)).ok, false, "before");

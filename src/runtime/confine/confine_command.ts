@@ -182,6 +182,12 @@ export interface ConfineSpecOptions {
   executables: readonly string[];
   /** The worker's code (read-only). */
   readOnly: readonly string[];
+  /**
+   * Directories the worker may list only (see `LandlockRulesetOptions`).
+   *
+   * @default {[]}
+   */
+  listOnly?: readonly string[];
   /** The worker's working directory. */
   cwd: string;
   /** The worker's command. */
@@ -239,6 +245,7 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
         permissions: options.permissions,
         executables: options.executables,
         readOnly: options.readOnly,
+        listOnly: options.listOnly ?? [],
       })
       : null,
     seccomp: options.seccomp && arch !== undefined

@@ -171,6 +171,15 @@ export interface LandlockRulesetOptions {
    * directories, config files, Deno's module caches.
    */
   readOnly: readonly string[];
+  /**
+   * Directories the worker may list, not read files in (Landlock's
+   * `READ_DIR`, which covers the directories beneath too): airlock's root
+   * for a Bun worker, whose resolver lists the directory of a file it
+   * imports.
+   *
+   * @default {[]}
+   */
+  listOnly?: readonly string[];
 }
 
 /** A feature of Landlock a worker's grants need and the kernel lacks. */
@@ -231,6 +240,9 @@ export function landlockRuleset(
   );
   options.readOnly.forEach((path, index) =>
     add(path, ACCESS_READ, `readOnly[${index}]`)
+  );
+  (options.listOnly ?? []).forEach((path, index) =>
+    add(path, F.READ_DIR, `listOnly[${index}]`)
   );
   for (const path of SYSTEM_READ_PATHS) add(path, ACCESS_READ, "system");
   for (const path of SYSTEM_READ_WRITE_PATHS) {

@@ -133,6 +133,7 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         permissions: options.permissions,
         executables: options.executables,
         readOnly: inner.readOnly,
+        listOnly: inner.listOnly ?? [],
         cwd: options.cwd,
         argv: inner.argv,
         env: changes,

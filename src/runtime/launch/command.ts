@@ -84,6 +84,12 @@ export function workerEntryUrl(): URL {
   return new URL(`../../../workers/entry.${extension}`, here);
 }
 
+/** What a worker's code needs besides its grants (see `LaunchStep`). */
+interface CodeMounts {
+  readOnly: readonly string[];
+  listOnly: readonly string[];
+}
+
 /** The command before wrapping, and what the sandbox decision needs of it. */
 interface InnerCommand {
   step: LaunchStep;
@@ -92,7 +98,7 @@ interface InnerCommand {
   /** The runtime whose confinement rules apply (`undefined`: a `command`). */
   runtime: RuntimeName | undefined;
   /** Mount discovery for the worker's code (module workers). */
-  codeMounts: (() => string[]) | undefined;
+  codeMounts: (() => CodeMounts) | undefined;
   /** A `deno compile`d self-exec program. */
   compiledDeno: boolean;
   /** For a worker run by `deno run`: the module Deno runs, for its private code cache. */
@@ -141,7 +147,10 @@ function innerCommand(
       step: { argv: [resolved.path, ...rest], env, readOnly: [] },
       binary: resolved.path,
       runtime: undefined,
-      codeMounts: () => commandMounts(resolved.path, rest),
+      codeMounts: () => ({
+        readOnly: commandMounts(resolved.path, rest),
+        listOnly: [],
+      }),
       compiledDeno: false,
     };
   }
@@ -160,7 +169,7 @@ function innerCommand(
       // A deno compile'd program cannot pass Deno's flags to its workers:
       // only the sandbox confines them, as for Bun.
       runtime: self.compiledDeno ? "bun" : adapter.name,
-      codeMounts: () => self.readOnly,
+      codeMounts: () => ({ readOnly: self.readOnly, listOnly: [] }),
       compiledDeno: self.compiledDeno,
       ...(self.mode === "forced" && adapter.name === "deno"
         ? { denoModule: input.moduleUrl?.href ?? "" }
@@ -209,7 +218,7 @@ function innerCommand(
     argv = [binary, "--no-env-file", bunBundle ?? entryPath, moduleUrl.href];
     if (parentWatchdog) argv.push("--parent-watchdog");
   }
-  const codeMounts = (): string[] =>
+  const codeMounts = (): CodeMounts =>
     workerMounts({
       runtime: input.runtime,
       module: moduleUrl.protocol === "file:"
@@ -218,7 +227,7 @@ function innerCommand(
       entry: entry.protocol === "file:" ? fileURLToPath(entry) : undefined,
       config: input.config,
       env: { ...adapter.environment(), ...env },
-    }).readOnly;
+    });
   return {
     // Bun reads the bundle's directory to resolve it: the directory holds
     // only bundles of airlock's code.
@@ -423,10 +432,11 @@ function sandboxWrappers(
     }));
   }
   if (wrappers.length === 0) return [];
-  inner.step.readOnly = [
-    ...inner.step.readOnly,
-    ...(inner.codeMounts?.() ?? []),
-  ];
+  const code = inner.codeMounts?.();
+  if (code !== undefined) {
+    inner.step.readOnly = [...inner.step.readOnly, ...code.readOnly];
+    inner.step.listOnly = [...(inner.step.listOnly ?? []), ...code.listOnly];
+  }
   return wrappers;
 }
 

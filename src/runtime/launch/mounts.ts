@@ -123,6 +123,12 @@ export interface WorkerMountsOptions {
 export interface WorkerMounts {
   /** Paths to pass as {@linkcode BwrapOptions} `readOnly`. All exist. */
   readOnly: string[];
+  /**
+   * Directories to allow listing only (see `LaunchStep` `listOnly`):
+   * airlock's root for a Bun worker, whose resolver lists it to import
+   * `worker.ts` or `mod.ts` from it. All exist.
+   */
+  listOnly: string[];
   /** Deno's cache directory, to set as `DENO_DIR` in the worker's environment (Deno only). */
   denoDir: string | undefined;
 }
@@ -162,7 +168,8 @@ const CONFIG_FILES: readonly string[] = [
  * directory), every `node_modules` from there up to the root plus the real
  * locations of packages linked into them (workspaces), the config files of
  * those directories and of `config`'s, airlock's own code (`workers/`,
- * `src/`, `mod.ts`, `worker.ts`) and, for Deno, its module caches
+ * `src/`, `mod.ts`, `worker.ts`; for Bun, airlock's root to list only) and,
+ * for Deno, its module caches
  * ({@linkcode denoCacheMounts}). Code the module imports from outside its
  * project, other than packages, needs a read grant.
  *
@@ -187,12 +194,13 @@ const CONFIG_FILES: readonly string[] = [
  *   entry: undefined,
  *   env: {},
  * });
- * assert.deepEqual(mounts, { readOnly: [], denoDir: undefined });
+ * assert.deepEqual(mounts, { readOnly: [], listOnly: [], denoDir: undefined });
  * ```
  */
 export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
   const home = options.env.HOME;
   const found = new Set<string>();
+  const listOnly: string[] = [];
   const add = (path: string): void => {
     if (!existsSync(path)) return;
     const mount = trustedMount(path, home);
@@ -240,6 +248,12 @@ export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
         add(join(root, `${name}.ts`));
         add(join(root, `${name}.js`));
       }
+      // Bun resolves `import "<root>/worker.ts"` by listing `<root>`, whose
+      // files are granted one by one: listing, not reading, the rest.
+      if (options.runtime === "bun") {
+        const mount = trustedMount(root, home);
+        if (mount !== undefined) listOnly.push(mount);
+      }
     } else {
       add(workers);
     }
@@ -252,7 +266,7 @@ export function workerMounts(options: WorkerMountsOptions): WorkerMounts {
       for (const path of cache.readOnly) add(path);
     }
   }
-  return { readOnly: [...found], denoDir };
+  return { readOnly: [...found], listOnly, denoDir };
 }
 
 function trustedRealPath(path: string): string {

@@ -94,6 +94,14 @@ export interface LaunchStep {
    */
   readOnly: readonly string[];
   /**
+   * Absolute directories the program must be able to list, not read beneath
+   * (airlock's root for Bun, whose resolver lists the directory of an
+   * imported file): a Landlock rule allows only listing them (and the
+   * directories beneath). A mount sandbox needs nothing more: its mounts
+   * make those entries visible. Omitted: none.
+   */
+  listOnly?: readonly string[];
+  /**
    * Absolute paths the program must be able to write besides the grants
    * (a Deno worker's private code cache). Omitted: none.
    */
