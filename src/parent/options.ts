@@ -402,7 +402,7 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * A call written ahead waits for the calls before it on that worker even if
    * another worker becomes free (a long call or stream holds up to this many
    * behind it); `0` turns it off. Applies to workers speaking message
-   * version 3 (TypeScript workers; see docs/PROTOCOL.md).
+   * version 3 (the TypeScript and Python workers; see docs/PROTOCOL.md).
    *
    * @default {2}
    */

@@ -811,6 +811,27 @@ export function conformance(target: ConformanceTarget): void {
       assert.equal(await p.add(20, 22), 42);
       assert.ok(p.stats().crashed >= 1);
     });
+
+    test(`pool() writes calls ahead to a worker of version 3, which honours limit and runs them one at a time (${name})`, async () => {
+      await using p = pool<ConformanceWorker>(label, {
+        ...options({ onStderr: () => {} }),
+        max: 1,
+        concurrency: 1,
+        pipeline: 2,
+      });
+      assert.equal(await p.add(1, 1), 2);
+      // Both written to the one worker at once: under limit 1 the second
+      // starts only when the first ends (a lower bound: load only adds).
+      const begun = Date.now();
+      const both = Promise.all([p.delay(250, "a"), p.delay(250, "b")]);
+      const written = p.stats().perWorker[0]?.running;
+      assert.deepEqual(await within(both, 20_000, "two calls"), ["a", "b"]);
+      const elapsed = Date.now() - begun;
+      assert.ok(elapsed >= 500, `ran one after the other: ${elapsed} ms`);
+      if ((target.messageVersion ?? MESSAGE_VERSION) >= 3) {
+        assert.equal(written, 2, "the second call was written ahead");
+      }
+    });
   });
 
   describe(`conformance (${name}): streams and progress`, () => {

@@ -38,7 +38,7 @@ conformance({
   permissions: "all",
   // The Python worker speaks message version 2 (streams and progress; not
   // version 3's limit: a pool writes no calls ahead to it).
-  messageVersion: 2,
+  messageVersion: 3,
   skip: needs("python3").skip ?? python.skip,
 });
 

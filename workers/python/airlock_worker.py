@@ -113,7 +113,7 @@ __all__ = [
 #: The frame layout version this module speaks (the frame header's byte 4).
 PROTOCOL_VERSION = 1
 #: The message version sent in the hello: 2 adds streams and progress.
-MESSAGE_VERSION = 2
+MESSAGE_VERSION = 3
 #: Values of a stream in flight (sent, not yet credited) when a call sets no window.
 DEFAULT_STREAM_WINDOW_ITEMS = 1024
 #: Payload bytes of a stream in flight when a call sets no window: 4 MiB.
@@ -1512,6 +1512,10 @@ class _Server:
         self.running = {}
         self.threads = 0
         self.idle = 0
+        # Calls run at once: the definition's, or less after a "limit". A
+        # thread takes the next queued call (in arrival order) only once its
+        # answer is written, so the parent knows which calls never started.
+        self.limit = definition.concurrency
         self.shutting_down = False
         self.acknowledged = False
         self.loop = None
@@ -1633,6 +1637,12 @@ class _Server:
             if not _is_call_id(call_id):
                 raise ProtocolError(f'Cannot read message: "cancel" has an invalid id {call_id!r}')
             self.cancel(call_id)
+        elif kind == "limit":
+            concurrency = message.get("concurrency")
+            if type(concurrency) is not int or concurrency < 1:
+                raise ProtocolError(f'Cannot read message: "limit" has an invalid "concurrency" {concurrency!r}')
+            with self.lock:
+                self.limit = min(self.definition.concurrency, concurrency)
         elif kind == "shutdown":
             self.shutdown()
         elif kind in ("hello", "fatal", "result", "error", "items", "end", "progress", "shutdown-ack"):
@@ -1648,7 +1658,7 @@ class _Server:
                 refused = False
                 self.waiting.append(call)
                 # Idle threads that have not woken yet still count as idle.
-                if len(self.waiting) > self.idle and self.threads < self.definition.concurrency:
+                if len(self.waiting) > self.idle and self.threads < self.limit:
                     self.threads += 1
                     threading.Thread(target=self.work, name=f"airlock-call-{self.threads}", daemon=True).start()
                 self.lock.notify()
