@@ -55,6 +55,7 @@ export function routedEvents(initial: ConnectionEvents): RoutedEvents {
     onLost: (calls, exit, unstarted) => target.onLost(calls, exit, unstarted),
     onTimeout: (call) => target.onTimeout(call),
     onSlotFree: () => target.onSlotFree?.(),
+    onStarted: (call) => target.onStarted?.(call),
     route(next) {
       target = next;
     },

@@ -322,9 +322,19 @@ export abstract class ModeCore {
    * @param call The call.
    */
   protected send(conn: Connection, call: PendingCall): void {
-    this.metrics.sending(call);
     noteSent(call, conn.pid);
-    conn.send(call);
+    // A call written ahead waits in the worker's queue: its wait goes on
+    // until it starts (onStarted).
+    if (conn.send(call)) this.metrics.sending(call);
+  }
+
+  /**
+   * A call written ahead to a worker starts: its wait ends, its run begins.
+   *
+   * @param call The call.
+   */
+  onStarted(call: CallRecord): void {
+    this.metrics.sending(call as PendingCall);
   }
 
   /**

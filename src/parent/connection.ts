@@ -111,6 +111,11 @@ export interface ConnectionEvents {
   onTimeout(call: CallRecord): void;
   /** The worker finished something it was running (occupancy went down). */
   onSlotFree?(): void;
+  /**
+   * A call written ahead (held in the worker's queue, see
+   * `Connection.limit`) starts now: a call before it left its slot.
+   */
+  onStarted?(call: CallRecord): void;
 }
 
 /** Options of {@linkcode startConnection}. */
@@ -314,8 +319,10 @@ export class Connection {
    * Writes a call to the worker. Its promise settles through the record.
    *
    * @param call The call.
+   * @returns Whether it starts now; `false` when it is written ahead and
+   *   waits in the worker's queue (`onStarted` tells when it starts).
    */
-  send(call: CallRecord): void {
+  send(call: CallRecord): boolean {
     call.attempts++;
     this.#pending.set(call.id, call);
     if (this.#slots > 0) this.#writtenAt.set(call.id, this.#writes++);
@@ -336,6 +343,7 @@ export class Connection {
     }, () => {
       // The pipe broke: the exit handler reports the call as lost.
     });
+    return !ahead;
   }
 
   /**
@@ -377,9 +385,9 @@ export class Connection {
       this.#pending.size - this.#ahead.length < this.#slots
     ) {
       const call = this.#ahead.shift() as CallRecord;
-      if (call.timeoutMs > 0 && this.#pending.get(call.id) === call) {
-        this.#deadlines.add(call);
-      }
+      if (this.#pending.get(call.id) !== call) continue;
+      if (call.timeoutMs > 0) this.#deadlines.add(call);
+      this.#options.events.onStarted?.(call);
     }
   }
 

@@ -226,6 +226,7 @@ class PoolCore extends ModeCore {
       onSlotFree: () => {
         if (holder.worker) this.#onSlotFree(holder.worker);
       },
+      onStarted: (call) => this.onStarted(call),
     };
     const begun = Date.now();
     const start = launchWorker(this.options, this.adapter, events, "pool").then(

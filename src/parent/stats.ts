@@ -64,9 +64,13 @@ export interface StatsOptions {
 
 /** The timing figures `stats()` reports. */
 export interface CallMetricsStats {
-  /** Time calls waited for a worker: from admission to first written to one. */
+  /**
+   * Time calls waited for a worker: from admission to first started on one
+   * (written to it; a call a pool wrote ahead starts when the worker takes
+   * it from its queue).
+   */
   waitMs: TimingSummary;
-  /** Time calls ran: from written to a worker (last attempt) to settled. */
+  /** Time calls ran: from started on a worker (last attempt) to settled. */
   runMs: TimingSummary;
   /**
    * Share of capacity in use over `measuredMs`, from 0 to 1: for a
