@@ -72,6 +72,8 @@ export interface DriverConfig {
   concurrency?: number;
   /** Grant the one-shot worker everything (no OS sandbox on Bun). */
   permissionsAll?: boolean;
+  /** oneShot spares for the start scenario (0: none). */
+  spares?: number;
   /**
    * Move the answering process (all its threads) to core 1; main.ts starts
    * this one on core 0.
@@ -505,7 +507,7 @@ async function start(config: DriverConfig): Promise<unknown> {
   };
   const runner = oneShot<typeof import("./bench_worker.ts").default>(
     workerUrl,
-    options,
+    { ...options, spares: config.spares ?? 0 },
   );
   // The target's baseline: the same runtime started bare under the same
   // wrappers (setpriv, the OS sandbox) as the worker; the unwrapped bare
@@ -537,6 +539,7 @@ async function start(config: DriverConfig): Promise<unknown> {
       one.push(oneMs);
     }
   }
+  await runner.close();
   return {
     oneShotMs: median(one),
     bareMs: median(bareWrapped),
