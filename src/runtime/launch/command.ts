@@ -19,6 +19,7 @@ import {
   process,
   readFileSync,
   realpathSync,
+  spawnSync,
   statSync,
 } from "../node_builtins.ts";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
@@ -50,7 +51,15 @@ import {
   tooBroad,
   workerMounts,
 } from "./mounts.ts";
-import { codeCacheDir, LOCATION_DATA, prepareCodeCache } from "./code_cache.ts";
+import {
+  clearLocationData,
+  codeCacheDir,
+  isWarm,
+  LOCATION_DATA,
+  markWarm,
+  prepareCodeCache,
+} from "./code_cache.ts";
+import { resolvePermissions } from "../permissions.ts";
 import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
 import type {
@@ -269,18 +278,91 @@ function commandMounts(program: string, args: readonly string[]): string[] {
 }
 
 /**
- * Gives a sandboxed Deno worker its private, writable code cache as
- * `DENO_DIR` (see code_cache.ts), or leaves the parent's (read-only module
- * caches, nothing cached between starts: slower, equally confined) when the
- * parent has no cache directory or may not create one.
+ * How a sandboxed Deno worker gets its private code cache: read-only (every
+ * worker), or writable (the warm-up start that fills it, with no grants).
+ */
+type CodeCacheMode = "read-only" | "warm-up";
+
+/** How long one warm-up start may take (it blocks the parent). */
+const WARM_UP_TIMEOUT_MS = 10_000;
+
+/** Caches whose warm-up this process already ran or tried. */
+const warmUpTried = new Set<string>();
+
+/**
+ * Fills a worker's private code cache (see code_cache.ts): runs the
+ * worker's module twice with no grants at all, no environment and no setup,
+ * in the OS sandbox, with only the cache writable; stdin is empty, so the
+ * worker imports its module, says hello and ends. Deno writes the
+ * transpiled modules on the first start and the rest of the V8 code cache
+ * on the second. Runs once per cache: the mark it leaves is seen by every
+ * later start and process. A module that cannot load without its grants
+ * leaves a partial cache (slower starts, never less confined).
+ */
+function warmCodeCache(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  dir: string,
+): void {
+  if (warmUpTried.has(dir)) return;
+  warmUpTried.add(dir);
+  let command: WorkerCommand;
+  try {
+    command = buildWorkerCommand(
+      {
+        ...input,
+        permissions: resolvePermissions(undefined, input.cwd),
+        env: {},
+        launcher: [],
+      },
+      adapter,
+      "warm-up",
+    );
+  } catch {
+    return;
+  }
+  // It runs the module's code: only ever inside the sandbox.
+  if (command.sandboxes.length === 0) return;
+  const [program = "", ...args] = command.spawn.argv;
+  for (let run = 0; run < 2; run++) {
+    const result = spawnSync(program, args, {
+      env: command.spawn.env,
+      cwd: command.spawn.cwd,
+      stdio: "ignore",
+      timeout: WARM_UP_TIMEOUT_MS,
+      killSignal: "SIGKILL",
+    });
+    if (result.error !== undefined && result.status === null) {
+      if ((result.error as NodeJS.ErrnoException).code !== "ETIMEDOUT") {
+        return;
+      }
+      break;
+    }
+  }
+  try {
+    clearLocationData(dir);
+    markWarm(dir);
+  } catch {
+    // Warmed anyway; a later process warms it again.
+  }
+}
+
+/**
+ * Gives a sandboxed Deno worker its private code cache as `DENO_DIR` (see
+ * code_cache.ts): read-only, warmed first if it never was; writable for the
+ * warm-up itself. Leaves the parent's (read-only module caches, nothing
+ * cached between starts: slower, equally confined) when the parent has no
+ * cache directory or may not create one.
  *
- * @returns The cache directory, or `undefined`.
+ * @returns The cache directory and whether the worker may write it, or
+ *   `undefined`.
  */
 function useCodeCache(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   inner: InnerCommand,
-): string | undefined {
+  mode: CodeCacheMode,
+): { dir: string; writable: boolean } | undefined {
   if (inner.denoModule === undefined || inner.binary === undefined) {
     return undefined;
   }
@@ -291,7 +373,6 @@ function useCodeCache(
     module: inner.denoModule,
     entry: workerEntryUrl().href,
     config: input.config,
-    permissions: input.permissions,
   });
   try {
     prepareCodeCache(dir, parentDenoDir);
@@ -299,9 +380,14 @@ function useCodeCache(
     return undefined;
   }
   inner.step.env.DENO_DIR = dir;
-  inner.step.writable = [dir];
   inner.step.scratch = [join(dir, LOCATION_DATA)];
-  return dir;
+  if (mode === "warm-up") {
+    inner.step.writable = [dir];
+    return { dir, writable: true };
+  }
+  if (!isWarm(dir)) warmCodeCache(input, adapter, dir);
+  inner.step.readOnly = [...inner.step.readOnly, dir];
+  return { dir, writable: false };
 }
 
 /**
@@ -350,6 +436,7 @@ function sandboxWrappers(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   inner: InnerCommand,
+  codeCacheMode: CodeCacheMode,
 ): Wrapper[] {
   // Through a launcher the sandbox is the remote side's job: bwrap's
   // mounts would name this machine's paths.
@@ -397,7 +484,7 @@ function sandboxWrappers(
     landlock.support && landlock.stepEnv;
   if (!useLandlock && bwrap === undefined) return [];
   checkGrantLinks(input, adapter);
-  const codeCache = useCodeCache(input, adapter, inner);
+  const codeCache = useCodeCache(input, adapter, inner, codeCacheMode);
   // Every backend available, innermost first: Landlock runs inside
   // bubblewrap (a Landlock domain may not mount).
   const wrappers: Wrapper[] = [];
@@ -410,10 +497,19 @@ function sandboxWrappers(
     wrappers.push(landlockWrapper({
       runner: landlock.runner,
       support: landlock.support,
-      // The private code cache is the one place written besides the grants.
+      // The warm-up writes the private code cache (workers read it, as
+      // one of the step's read-only paths); web storage is written only in
+      // bubblewrap's private tmpfs (without it the directory is shared).
       permissions: codeCache === undefined || write === true
         ? input.permissions
-        : { ...input.permissions, write: [...write, codeCache] },
+        : codeCache.writable
+        ? { ...input.permissions, write: [...write, codeCache.dir] }
+        : bwrap !== undefined
+        ? {
+          ...input.permissions,
+          write: [...write, join(codeCache.dir, LOCATION_DATA)],
+        }
+        : input.permissions,
       cwd: input.cwd,
       executables: [inner.binary],
       stepEnv: landlock.stepEnv,
@@ -549,6 +645,8 @@ export function descendantPid(pid: number, levels: number): number | undefined {
  *
  * @param input The resolved options.
  * @param adapter The parent's runtime.
+ * @param codeCacheMode How a sandboxed Deno worker gets its private code
+ *   cache: `"read-only"` (workers), `"warm-up"` (the start that fills it).
  * @returns The command.
  * @throws {WorkerStartError} when the worker's runtime binary or program is
  * missing or refused (`failure: "spawn"`).
@@ -557,6 +655,7 @@ export function descendantPid(pid: number, levels: number): number | undefined {
 export function buildWorkerCommand(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
+  codeCacheMode: CodeCacheMode = "read-only",
 ): WorkerCommand {
   const permissions = input.permissions;
   if (!permissions.all && permissions.write !== true) {
@@ -575,7 +674,7 @@ export function buildWorkerCommand(
   // Without a parent-death signal the worker watches its parent itself.
   const parentWatchdog = !local || setpriv === undefined;
   const inner = innerCommand(input, adapter, env, parentWatchdog);
-  const wrappers = sandboxWrappers(input, adapter, inner);
+  const wrappers = sandboxWrappers(input, adapter, inner, codeCacheMode);
   if (setpriv !== undefined) wrappers.push(setprivWrapper(setpriv));
   if (!local) wrappers.push(launcherWrapper(input.launcher));
 
