@@ -20,8 +20,15 @@
 //    parent fills it with a warm-up start that has no grants.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname } from "node:path";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from "node:fs";
+import { dirname, join } from "node:path";
+import { pathToFileURL } from "node:url";
 import process from "node:process";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
@@ -31,6 +38,14 @@ import { sandboxSkip } from "./_sandbox.ts";
 checkNoLeaks();
 
 const worker = fixture("security/eval_worker.ts");
+
+/** The parent's Deno cache directory (as airlock finds it). */
+function denoDir(): string {
+  if (process.env.DENO_DIR) return process.env.DENO_DIR;
+  const cache = process.env.XDG_CACHE_HOME ??
+    join(process.env.HOME ?? "/", ".cache");
+  return join(cache, "deno");
+}
 // A cache of this file's own: the machine's real one is never touched.
 const root = scratchDir("cache-poison");
 after(() => root[Symbol.dispose]());
@@ -151,5 +166,52 @@ describe("the Deno code cache", { skip: sandboxSkip() }, () => {
     await using next = await session<typeof evaluate>(worker, options);
     const seen = await next.run(FFI_WRITE, "read");
     assert.deepEqual(seen, { ok: true, value: "nothing" });
+  });
+
+  test("the warm-up that fills a deno worker's code cache has none of the worker's grants or environment", async () => {
+    // A new module, so a new cache that is warmed for this test. Its code
+    // writes a file into the write grant at import, if it may, holding the
+    // token of its environment: only the worker itself may.
+    using dir = scratchDir("warm-up");
+    const out = dir.join("out");
+    mkdirSync(out);
+    const module = dir.join("warm_worker.ts");
+    writeFileSync(
+      module,
+      `import { defineWorker } from ${
+        JSON.stringify(new URL("../../worker.ts", import.meta.url).href)
+      };
+let wrote = "no";
+try {
+  Deno.writeTextFileSync(
+    ${JSON.stringify(out)} + "/" + crypto.randomUUID(),
+    Deno.env.get("AIRLOCK_TEST_TOKEN") ?? "no environment",
+  );
+  wrote = "yes";
+} catch {
+  // Not granted.
+}
+export default defineWorker({ wrote: () => wrote });
+`,
+    );
+    await using s = await session<{ wrote(): string }>(pathToFileURL(module), {
+      ...captureLog(),
+      runtime: "deno",
+      permissions: { write: [out] },
+      env: { AIRLOCK_TEST_TOKEN: "tenant-a" },
+    });
+    assert.equal(await s.wrote(), "yes");
+    assert.deepEqual(
+      readdirSync(out).map((name) => readFileSync(join(out, name), "utf8")),
+      ["tenant-a"],
+    );
+    // The warm-up ran: the module's cache holds its compiled code and the
+    // parent's mark.
+    const caches = join(denoDir(), "airlock-code");
+    const mine = readdirSync(caches).filter((key) =>
+      existsSync(join(caches, key, "gen", "file", `${module}.js`))
+    );
+    assert.equal(mine.length, 1, `caches holding ${module}`);
+    assert.ok(existsSync(join(caches, mine[0] as string, "airlock-warmed")));
   });
 });

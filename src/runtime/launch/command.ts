@@ -286,6 +286,75 @@ type CodeCacheMode = "read-only" | "warm-up";
 /** How long one warm-up start may take (it blocks the parent). */
 const WARM_UP_TIMEOUT_MS = 10_000;
 
+/** Bounds a warm-up start under Deno (see {@linkcode runToEnd}). */
+const TIMEOUT_PROGRAM = "/usr/bin/timeout";
+
+/** The part of Deno's API {@linkcode runToEnd} uses. */
+interface DenoCommandApi {
+  Command: new (program: string, options: {
+    args: string[];
+    env: Record<string, string>;
+    clearEnv: boolean;
+    cwd: string;
+    stdin: "null";
+    stdout: "null";
+    stderr: "null";
+  }) => { outputSync(): { code: number; signal: string | null } };
+}
+
+/**
+ * Runs a command to its end (stdin, stdout and stderr `/dev/null`) with
+ * exactly `env`, at most {@linkcode WARM_UP_TIMEOUT_MS}.
+ *
+ * Not through `node:child_process` under Deno: Deno 2.9's `spawnSync` adds
+ * the parent's whole environment to the `env` it is given, and inserts
+ * `run -A --unstable-bare-node-builtins …` after any argument equal to
+ * Deno's own path (a bubblewrap mount of the deno binary). `Deno.Command`
+ * has no timeout for a synchronous run, so `timeout --signal=KILL` bounds it
+ * there.
+ *
+ * @returns Whether it ran and ended by itself (whatever its exit status).
+ */
+function runToEnd(
+  argv: readonly string[],
+  env: Record<string, string>,
+  cwd: string,
+): boolean {
+  const [program = "", ...args] = argv;
+  const deno = (globalThis as { Deno?: DenoCommandApi }).Deno;
+  if (deno !== undefined) {
+    try {
+      const result = new deno.Command(TIMEOUT_PROGRAM, {
+        args: [
+          "--signal=KILL",
+          `${WARM_UP_TIMEOUT_MS / 1000}s`,
+          program,
+          ...args,
+        ],
+        env,
+        clearEnv: true,
+        cwd,
+        stdin: "null",
+        stdout: "null",
+        stderr: "null",
+      }).outputSync();
+      // 124/137: timed out (timeout's own status, or its SIGKILL); 125-127:
+      // timeout could not run the program.
+      return result.signal === null && result.code < 124;
+    } catch {
+      return false;
+    }
+  }
+  const result = spawnSync(program, args, {
+    env,
+    cwd,
+    stdio: "ignore",
+    timeout: WARM_UP_TIMEOUT_MS,
+    killSignal: "SIGKILL",
+  });
+  return result.error === undefined && result.status !== null;
+}
+
 /** Caches whose warm-up this process already ran or tried. */
 const warmUpTried = new Set<string>();
 
@@ -295,9 +364,10 @@ const warmUpTried = new Set<string>();
  * in the OS sandbox, with only the cache writable; stdin is empty, so the
  * worker imports its module, says hello and ends. Deno writes the
  * transpiled modules on the first start and the rest of the V8 code cache
- * on the second. Runs once per cache: the mark it leaves is seen by every
- * later start and process. A module that cannot load without its grants
- * leaves a partial cache (slower starts, never less confined).
+ * on the second. Runs at most once per cache and process; once both starts
+ * ended by themselves (whatever their exit status) the mark it leaves is
+ * seen by every later start and process. A module that cannot load without
+ * its grants leaves a partial cache (slower starts, never less confined).
  */
 function warmCodeCache(
   input: WorkerCommandInput,
@@ -323,20 +393,11 @@ function warmCodeCache(
   }
   // It runs the module's code: only ever inside the sandbox.
   if (command.sandboxes.length === 0) return;
-  const [program = "", ...args] = command.spawn.argv;
   for (let run = 0; run < 2; run++) {
-    const result = spawnSync(program, args, {
-      env: command.spawn.env,
-      cwd: command.spawn.cwd,
-      stdio: "ignore",
-      timeout: WARM_UP_TIMEOUT_MS,
-      killSignal: "SIGKILL",
-    });
-    if (result.error !== undefined && result.status === null) {
-      if ((result.error as NodeJS.ErrnoException).code !== "ETIMEDOUT") {
-        return;
-      }
-      break;
+    // Not started, or stopped at the timeout: not marked, so the next
+    // process tries again (this one does not).
+    if (!runToEnd(command.spawn.argv, command.spawn.env, command.spawn.cwd)) {
+      return;
     }
   }
   try {
