@@ -332,26 +332,48 @@ describe("streams in pools and oneShot", () => {
     assert.equal(ids[299], 299);
   });
 
-  test("pool() a stream holds its worker's slot until it ends; ending it frees the slot", async () => {
-    await using p = pool<W>(worker, {
-      ...captureLog(),
-      max: 1,
-      concurrency: 4,
+  for (const pipeline of [0, 2]) {
+    test(`pool() a stream holds its worker's slot until it ends; ending it frees the slot (pipeline ${pipeline})`, async () => {
+      await using p = pool<W>(worker, {
+        ...captureLog(),
+        max: 1,
+        concurrency: 4,
+        pipeline,
+      });
+      const tags = [token(), token(), token(), token()];
+      const iterators = tags.map((tag) =>
+        p.stream("endless", [tag], { windowItems: 2 })[Symbol.asyncIterator]()
+      );
+      try {
+        for (const iterator of iterators) await iterator.next();
+        const queued = p.whoami();
+        if (pipeline === 0) {
+          // It waits in the pool's queue, where stats() shows it.
+          await until(
+            () => p.stats().queued === 1,
+            15_000,
+            "the call to queue",
+          );
+        } else {
+          // Written ahead: it waits in the worker's queue, behind the streams.
+          await until(
+            () => p.stats().perWorker[0]?.running === 5,
+            15_000,
+            "the call to be written ahead",
+          );
+          assert.equal(p.stats().queued, 0);
+        }
+        await iterators[0]!.return?.();
+        assert.equal(
+          typeof await within(queued, 15_000, "the queued call"),
+          "number",
+        );
+      } finally {
+        // Endless streams left open would hold the pool's close forever.
+        for (const iterator of iterators) await iterator.return?.();
+      }
     });
-    const tags = [token(), token(), token(), token()];
-    const iterators = tags.map((tag) =>
-      p.stream("endless", [tag], { windowItems: 2 })[Symbol.asyncIterator]()
-    );
-    for (const iterator of iterators) await iterator.next();
-    const queued = p.whoami();
-    await until(() => p.stats().queued === 1, 15_000, "the call to queue");
-    await iterators[0]!.return?.();
-    assert.equal(
-      typeof await within(queued, 15_000, "the queued call"),
-      "number",
-    );
-    for (const iterator of iterators.slice(1)) await iterator.return?.();
-  });
+  }
 
   test("oneShot() streams from a fresh process that exits when the stream ends", async () => {
     const fresh = oneShot<W>(worker, captureLog());
