@@ -4,7 +4,8 @@
  * from one start to the next (an empty cache costs every start the whole
  * compilation: about 0.28 s against 0.05 s). Workers get it read-only: a
  * worker (its native code, through `ffi`) can write nothing there for a
- * later worker. The parent fills it once, with a warm-up start of the same
+ * later worker. The parent fills it (before its first worker of the module,
+ * once per process: see launch/command.ts) with a warm-up start of the same
  * module that runs with no grant at all (no `read`, `write`, `net`, `env`,
  * `run`, `ffi`, no environment, no setup, serving no call) but with the
  * cache writable: Deno writes its own caches without JavaScript permissions,

@@ -360,14 +360,17 @@ const warmUpTried = new Set<string>();
 
 /**
  * Fills a worker's private code cache (see code_cache.ts): runs the
- * worker's module twice with no grants at all, no environment and no setup,
- * in the OS sandbox, with only the cache writable; stdin is empty, so the
- * worker imports its module, says hello and ends. Deno writes the
- * transpiled modules on the first start and the rest of the V8 code cache
- * on the second. Runs at most once per cache and process; once both starts
- * ended by themselves (whatever their exit status) the mark it leaves is
- * seen by every later start and process. A module that cannot load without
- * its grants leaves a partial cache (slower starts, never less confined).
+ * worker's module with no grants at all, no environment and no setup, in
+ * the OS sandbox, with only the cache writable; stdin is empty, so the
+ * worker imports its module, says hello and ends. An empty cache gets two
+ * starts (Deno writes the transpiled modules on the first and the rest of
+ * the V8 code cache on the second); one marked warmed by an earlier process
+ * gets one, which compiles again what changed since (the module, its
+ * imports, airlock) so a stale cache does not slow every start. Runs at most
+ * once per cache and process; once its starts ended by themselves (whatever
+ * their exit status) the cache is marked warmed. A module that cannot load
+ * without its grants leaves a partial cache (slower starts, never less
+ * confined).
  */
 function warmCodeCache(
   input: WorkerCommandInput,
@@ -393,7 +396,11 @@ function warmCodeCache(
   }
   // It runs the module's code: only ever inside the sandbox.
   if (command.sandboxes.length === 0) return;
-  for (let run = 0; run < 2; run++) {
+  // A cache warmed before (by an earlier process) is refreshed with one
+  // start: what changed since (the module, its imports, airlock) is
+  // compiled again; the rest is found.
+  const runs = isWarm(dir) ? 1 : 2;
+  for (let run = 0; run < runs; run++) {
     // Not started, or stopped at the timeout: not marked, so the next
     // process tries again (this one does not).
     if (!runToEnd(command.spawn.argv, command.spawn.env, command.spawn.cwd)) {
@@ -410,8 +417,8 @@ function warmCodeCache(
 
 /**
  * Gives a sandboxed Deno worker its private code cache as `DENO_DIR` (see
- * code_cache.ts): read-only, warmed first if it never was; writable for the
- * warm-up itself. Leaves the parent's (read-only module caches, nothing
+ * code_cache.ts): read-only, warmed first on this process's first start of
+ * the module; writable for the warm-up itself. Leaves the parent's (read-only module caches, nothing
  * cached between starts: slower, equally confined) when the parent has no
  * cache directory or may not create one.
  *
@@ -446,7 +453,7 @@ function useCodeCache(
     inner.step.writable = [dir];
     return { dir, writable: true };
   }
-  if (!isWarm(dir)) warmCodeCache(input, adapter, dir);
+  warmCodeCache(input, adapter, dir);
   inner.step.readOnly = [...inner.step.readOnly, dir];
   return { dir, writable: false };
 }
