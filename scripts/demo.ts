@@ -199,9 +199,9 @@ await step("2. oneShot: a fresh process per call", async () => {
   const again = await fresh.rows(dbPath);
   say(`read:  ${names(again)}`, start);
   check(names(again) === "apple, banana", "oneShot sees the wipe");
-  const pids = [await fresh.whoami(), await fresh.whoami()];
-  say(`two calls of whoami(): pids ${pids.join(" and ")}`);
-  check(pids[0] !== pids[1], "each call runs in a new process");
+  const ids = [await fresh.whoami(), await fresh.whoami()];
+  say(`two calls of whoami(): processes ${ids.join(" and ")}`);
+  check(ids[0] !== ids[1], "each call runs in a new process");
 });
 
 await step(

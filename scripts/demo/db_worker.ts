@@ -17,6 +17,12 @@ export type Row = Record<string, string | number | null>;
 
 const clients = new Map<string, DatabaseSync>();
 
+/**
+ * This process's identity. Not its pid: a sandboxed worker has a pid
+ * namespace of its own, where its pid is always 2.
+ */
+const PROCESS_ID = crypto.randomUUID().slice(0, 8);
+
 /** The client of `path`, opened on first use and kept for the process's life. */
 function client(path: string): DatabaseSync {
   let db = clients.get(path);
@@ -71,9 +77,9 @@ export default defineWorker({
     ).run(...Object.values(row));
     return Number(result.lastInsertRowid);
   },
-  /** This worker's pid. */
-  whoami(): number {
-    return process.pid;
+  /** This worker process's identity (a random id made when it started). */
+  whoami(): string {
+    return PROCESS_ID;
   },
   /** Reads a text file. */
   readText(path: string): string {
