@@ -33,9 +33,10 @@ export interface BareCommand {
  * `bun <empty>`; `deno run … data:<entry>` becomes `deno run … data:,`.
  */
 function bareRuntime(argv: readonly string[], empty: string): string[] {
-  // workers/entry.ts, or its pre-bundled copy (src/runtime/bun_entry.ts).
+  // workers/entry.ts, or the loader of its pre-bundled copy
+  // (workers/bun_loader.ts, src/runtime/bun_entry.ts).
   const entry = argv.findIndex((arg) =>
-    /\/workers\/entry\.[jt]s$|\/bun-entry\/entry-[0-9a-f]+\.js$/.test(arg)
+    /\/workers\/(entry|bun_loader)\.[jt]s$/.test(arg)
   );
   if (entry > 0) return [...argv.slice(0, entry), empty];
   const main = argv.findLastIndex((arg) => arg.startsWith("data:"));

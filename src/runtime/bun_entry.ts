@@ -18,6 +18,10 @@
  * a worker of this process may write, see launch/command.ts) is not used
  * again, and workers run `workers/entry.ts` itself: slower, never less
  * confined (the bundle is mounted read-only like the rest of airlock's code).
+ * A worker runs the bundle through `workers/bun_loader.ts`, given the hash:
+ * the loader reads the file once, checks those bytes and runs them from
+ * memory, so a bundle rewritten between the parent's check and the worker's
+ * read is refused, never run.
  * Where it cannot be built (no temporary directory, a failed build) workers
  * run `workers/entry.ts` too.
  *
@@ -37,13 +41,15 @@ import {
 } from "./node_builtins.ts";
 
 /** A built bundle and the SHA-256 of what was built. */
-interface Built {
+export interface BunEntryBundle {
+  /** The bundle's path. */
   file: string;
+  /** The SHA-256 (hex) of the bytes built, kept in the parent's memory. */
   sha256: string;
 }
 
 /** Built once per process: key `binary\0entry` (`undefined`: not usable). */
-const bundles = new Map<string, Built | undefined>();
+const bundles = new Map<string, BunEntryBundle | undefined>();
 
 /** This process's private directory, created on first use. */
 let privateDir: string | undefined;
@@ -88,7 +94,7 @@ function build(
   entry: string,
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
-): Built | undefined {
+): BunEntryBundle | undefined {
   // airlock's own tree (from source, or as published: `.js`).
   if (!/\/workers\/entry\.[jt]s$/.test(entry)) return undefined;
   const dir = directory(onExit);
@@ -110,7 +116,7 @@ function build(
 }
 
 /** Whether the file still holds exactly what was built. */
-function intact(built: Built): boolean {
+function intact(built: BunEntryBundle): boolean {
   try {
     return sha256(readFileSync(built.file)) === built.sha256;
   } catch {
@@ -128,17 +134,19 @@ function intact(built: Built): boolean {
  * @param env The parent's environment (for `PATH`).
  * @param onExit Registers a callback run when this process exits (the
  *   private directory is removed then).
- * @returns The bundle's path, or `undefined` when workers must run `entry`
- *   itself (it could not be built, or it changed since it was built).
+ * @returns The bundle's path and hash (workers run it through
+ *   `workers/bun_loader.ts`, which checks the bytes it runs against the
+ *   hash), or `undefined` when workers must run `entry` itself (it could not
+ *   be built, or it changed since it was built).
  */
 export function bunEntryBundle(
   binary: string,
   entry: string,
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
-): string | undefined {
+): BunEntryBundle | undefined {
   const key = `${binary}\0${entry}`;
-  let built: Built | undefined;
+  let built: BunEntryBundle | undefined;
   if (bundles.has(key)) {
     built = bundles.get(key);
   } else {
@@ -155,5 +163,5 @@ export function bunEntryBundle(
     bundles.set(key, undefined);
     return undefined;
   }
-  return built.file;
+  return built;
 }

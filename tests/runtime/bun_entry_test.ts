@@ -5,6 +5,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   mkdirSync,
   readFileSync,
@@ -59,15 +60,20 @@ describe("bunEntryBundle()", () => {
     const env = { PATH: "/usr/bin:/bin" };
     const bundle = bunEntryBundle(bun, entry, env, onExit);
     assert.ok(bundle, "a bundle was built");
+    const { file } = bundle;
     // Never in a cache shared between processes: a new directory of this
     // process, 0700, under the temporary directory.
-    assert.ok(dirname(bundle).startsWith(join(tmpdir(), "airlock-")));
-    assert.equal(statSync(dirname(dirname(bundle))).mode & 0o777, 0o700);
+    assert.ok(dirname(file).startsWith(join(tmpdir(), "airlock-")));
+    assert.equal(statSync(dirname(dirname(file))).mode & 0o777, 0o700);
     assert.equal(
-      execFileSync(bun, [bundle], { encoding: "utf8" }).trim(),
+      bundle.sha256,
+      createHash("sha256").update(readFileSync(file)).digest("hex"),
+    );
+    assert.equal(
+      execFileSync(bun, [file], { encoding: "utf8" }).trim(),
       "from the bundle",
     );
-    assert.equal(bunEntryBundle(bun, entry, env, onExit), bundle);
+    assert.deepEqual(bunEntryBundle(bun, entry, env, onExit), bundle);
     // Other sources, another bundle.
     const other = bunEntryBundle(
       bun,
@@ -75,8 +81,8 @@ describe("bunEntryBundle()", () => {
       env,
       onExit,
     );
-    assert.ok(other && other !== bundle);
-    assert.match(readFileSync(other, "utf8"), /other/);
+    assert.ok(other && other.file !== file);
+    assert.match(readFileSync(other.file, "utf8"), /other/);
   });
 
   test("bunEntryBundle() never gives a bundle that changed after it was built", () => {
@@ -85,12 +91,12 @@ describe("bunEntryBundle()", () => {
     const env = { PATH: "/usr/bin:/bin" };
     const bundle = bunEntryBundle(bun, entry, env, onExit);
     assert.ok(bundle, "a bundle was built");
-    const source = readFileSync(bundle, "utf8");
-    writeFileSync(bundle, `console.log("planted");\n${source}`);
+    const source = readFileSync(bundle.file, "utf8");
+    writeFileSync(bundle.file, `console.log("planted");\n${source}`);
     assert.equal(bunEntryBundle(bun, entry, env, onExit), undefined);
     // Put back as it was, still refused: a bundle once changed is never
     // trusted again in this process.
-    writeFileSync(bundle, source);
+    writeFileSync(bundle.file, source);
     assert.equal(bunEntryBundle(bun, entry, env, onExit), undefined);
   });
 

@@ -28,7 +28,10 @@ import {
   writeFileSync,
 } from "node:fs";
 import { dirname, join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { realpathSync } from "node:fs";
 import process from "node:process";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
@@ -38,6 +41,9 @@ import { sandboxSkip } from "./_sandbox.ts";
 checkNoLeaks();
 
 const worker = fixture("security/eval_worker.ts");
+const bun = realpathSync(
+  fileURLToPath(new URL("../../node_modules/.bin/bun", import.meta.url)),
+);
 
 /** The parent's Deno cache directory (as airlock finds it). */
 function denoDir(): string {
@@ -69,7 +75,8 @@ async function bundlePath(): Promise<string> {
     ...captureLog(),
     runtime: "bun",
   });
-  const ran = await first.run("return process.argv[1]");
+  // bun --no-env-file <workers/bun_loader.ts> <bundle> <sha256> <module>
+  const ran = await first.run("return process.argv[2]");
   assert.equal(ran.ok, true);
   bundle = String((ran as { value: unknown }).value);
   return bundle;
@@ -97,6 +104,45 @@ describe("the Bun entry bundle", { skip: sandboxSkip() }, () => {
     });
     const seen = await victim.run("return globalThis.__planted ?? 'clean'");
     assert.deepEqual(seen, { ok: true, value: "clean" });
+  });
+
+  test("a bundle rewritten after the parent's check is refused by the worker itself, never run", async () => {
+    // The race the parent's check leaves: a worker of another program
+    // (granted write on the temporary directory) rewrites the bundle after
+    // the parent checked it and before Bun reads it. The loader checks the
+    // bytes it runs against the parent's hash.
+    using dir = scratchDir("bun-loader");
+    const file = await bundlePath();
+    const original = readFileSync(file);
+    const sha256 = createHash("sha256").update(original).digest("hex");
+    const planted = dir.join("entry-planted.js");
+    const marker = dir.join("ran");
+    writeFileSync(
+      planted,
+      `require("node:fs").writeFileSync(${
+        JSON.stringify(marker)
+      }, "planted");\n${original.toString("utf8")}`,
+    );
+    const loader = fileURLToPath(
+      new URL("../../workers/bun_loader.ts", import.meta.url),
+    );
+    const module = worker.href;
+    const result = spawnSync(
+      bun,
+      ["--no-env-file", loader, planted, sha256, module],
+      { encoding: "utf8", input: "", timeout: 60_000 },
+    );
+    assert.equal(result.status, 3, result.stderr);
+    assert.match(result.stderr, /is not the one the parent built/);
+    assert.equal(existsSync(marker), false, "the planted code ran");
+    // The bundle itself, with its hash, starts (and ends at end of input).
+    const clean = spawnSync(
+      bun,
+      ["--no-env-file", loader, file, sha256, module],
+      { encoding: "utf8", input: "", timeout: 60_000 },
+    );
+    assert.notEqual(clean.status, 3, clean.stderr);
+    assert.doesNotMatch(clean.stderr, /not the one the parent built/);
   });
 
   test("a bun worker granted write where the bundle lies plants no code in a later bun worker of this process", async () => {

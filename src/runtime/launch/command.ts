@@ -99,6 +99,18 @@ interface CodeMounts {
   listOnly: readonly string[];
 }
 
+/**
+ * The URL of `workers/bun_loader.ts` (or `.js`), beside the entry: what a
+ * Bun worker runs when the entry is pre-bundled.
+ *
+ * @param entry The entry's URL, from {@linkcode workerEntryUrl}.
+ * @returns The loader's URL.
+ */
+function bunLoaderUrl(entry: URL): URL {
+  const extension = entry.pathname.endsWith(".js") ? "js" : "ts";
+  return new URL(`bun_loader.${extension}`, entry);
+}
+
 /** The command before wrapping, and what the sandbox decision needs of it. */
 interface InnerCommand {
   step: LaunchStep;
@@ -209,7 +221,7 @@ function innerCommand(
     // --no-env-file: Bun would load the project's .env into process.env;
     // the worker's environment is exactly `env` (and `inheritEnv`).
     const entryPath = fileURLToPath(entry);
-    bunBundle = bunEntryBundle(
+    let bundle = bunEntryBundle(
       binary,
       entryPath,
       adapter.environment(),
@@ -219,12 +231,23 @@ function innerCommand(
     // the cache directory) could hold that worker's code, which this worker
     // would run with its own grants: run the entry itself.
     if (
-      bunBundle !== undefined &&
-      writableByWorker(dirname(bunBundle)) !== undefined
+      bundle !== undefined &&
+      writableByWorker(dirname(bundle.file)) !== undefined
     ) {
-      bunBundle = undefined;
+      bundle = undefined;
     }
-    argv = [binary, "--no-env-file", bunBundle ?? entryPath, moduleUrl.href];
+    bunBundle = bundle?.file;
+    // The loader checks the bundle's bytes against the hash and runs them.
+    argv = bundle === undefined
+      ? [binary, "--no-env-file", entryPath, moduleUrl.href]
+      : [
+        binary,
+        "--no-env-file",
+        fileURLToPath(bunLoaderUrl(entry)),
+        bundle.file,
+        bundle.sha256,
+        moduleUrl.href,
+      ];
     if (parentWatchdog) argv.push("--parent-watchdog");
   }
   const codeMounts = (): CodeMounts =>
