@@ -27,8 +27,11 @@ const uri = join(root, "vectors");
 // The native addon needs `ffi`. The grant is the parent directory of the
 // database, so that a rebuild that deletes and recreates the database stays
 // inside it.
+// /usr/bin/ldd: the addon's loader reads it to tell glibc from musl; where it
+// cannot, it asks process.report.getReport(), which on Deno lists the network
+// interfaces (ignoring excludeNetwork) and fails in a sandbox without `net`.
 const permissions = {
-  read: [root],
+  read: [root, "/usr/bin/ldd"],
   write: [root],
   ffi: true,
   env: ["NAPI_RS_*"],
