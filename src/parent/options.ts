@@ -202,7 +202,9 @@ export interface WorkerOptions<D = unknown> {
   /**
    * Run this executable instead of a TypeScript module: an argv array of a
    * program that speaks the protocol (docs/PROTOCOL.md), e.g. a Python
-   * worker. `runtime`, `permissions` and `sandbox` do not apply to it.
+   * worker. `runtime` does not apply to it; `permissions` and `sandbox` do,
+   * enforced by the OS sandbox alone (a command has no permission model of
+   * its own, like Bun): see docs/python.md.
    *
    * @default {undefined}
    */
