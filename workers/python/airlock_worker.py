@@ -1398,6 +1398,17 @@ def _exit(code):
     os._exit(code)
 
 
+def _exit_as_system_exit(stop):
+    """Ends the process as `sys.exit()` in a handler asked: the process exits,
+    with a non-integer code written to stderr and exit status 1, as Python's
+    own top level does."""
+    code = stop.code
+    if code is not None and not isinstance(code, int):
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    _exit(code or 0)
+
+
 def _write_all(fd, data):
     view = memoryview(data)
     while view.nbytes:
@@ -1751,11 +1762,7 @@ class _Server:
             if inspect.isawaitable(value):
                 value = self.await_on_loop(value, context)
         except SystemExit as stop:
-            code = stop.code
-            if code is not None and not isinstance(code, int):
-                sys.stderr.write(f"{code}\n")
-                code = 1
-            _exit(code or 0)
+            _exit_as_system_exit(stop)
         except (asyncio.CancelledError, concurrent.futures.CancelledError):
             context._flush_progress(ending=True)
             self.fail(call.id, AbortError())
@@ -1810,11 +1817,7 @@ class _Server:
                 done = False
                 raise batch.error
         except SystemExit as stop:
-            code = stop.code
-            if code is not None and not isinstance(code, int):
-                sys.stderr.write(f"{code}\n")
-                code = 1
-            _exit(code or 0)
+            _exit_as_system_exit(stop)
         except (asyncio.CancelledError, concurrent.futures.CancelledError):
             batch.discard()
             self.close_iterator(iterator, is_async, done)
