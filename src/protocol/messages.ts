@@ -23,8 +23,6 @@ export const CONTROL_ID = 0;
 export const MESSAGE_VERSION = 3;
 /** The oldest message version a parent accepts in a hello. */
 export const OLDEST_MESSAGE_VERSION = 1;
-/** The first message version with streams and progress. */
-export const STREAM_MESSAGE_VERSION = 2;
 /** The first message version whose workers honour `limit`. */
 export const LIMIT_MESSAGE_VERSION = 3;
 

@@ -156,7 +156,7 @@ export interface LandlockRuleset {
 
 /** Options of {@linkcode landlockRuleset}. */
 export interface LandlockRulesetOptions {
-  /** The kernel's Landlock ABI version (see `abi.ts`). */
+  /** The kernel's Landlock ABI version (from `probeConfineSupport()`). */
   abi: number;
   /** The worker's resolved permissions. */
   permissions: ResolvedPermissions;
