@@ -15,6 +15,7 @@ import {
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import { buildWorkerCommand } from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
+import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import {
   type CallRecord,
@@ -232,30 +233,58 @@ function published(conn: Connection, module: string, mode: WorkerMode): void {
 /**
  * Starts a worker, replays `setup`, and respawns after crashes during start
  * up to `maxRetries` times. Import, definition and setup errors are not
- * retried: they would fail the same way again.
+ * retried: they would fail the same way again. A sandboxed Deno worker's
+ * private code cache is warmed first (asynchronously, once per module and
+ * process: launch/warm_up.ts), the wait bounded by `startTimeoutMs`.
  *
  * @param options The resolved options.
  * @param adapter The parent's runtime.
  * @param events Where the connection's events go once started.
  * @param mode The kind of handle it serves, for the start and exit events.
+ * @param signal The caller's abort: stops the wait for the warm-up.
  * @returns The ready connection.
  * @throws {WorkerStartError} when it cannot start.
- * @throws {WorkerTimeoutError} when the start passes `startTimeoutMs` on every attempt.
+ * @throws {WorkerTimeoutError} when the start passes `startTimeoutMs` on every attempt
+ *   (or while waiting for the code cache's warm-up).
  */
 export async function launchWorker(
   options: ResolvedWorkerOptions,
   adapter: RuntimeAdapter,
   events: ConnectionEvents,
   mode: WorkerMode,
+  signal?: AbortSignal,
 ): Promise<Connection> {
   let lastError: unknown;
   const attempts = options.maxRetries + 1;
+  let first: WorkerCommand | undefined = commandFor(options, adapter);
+  const since = Date.now();
+  if (
+    !(await warmUpCodeCache(
+      options,
+      adapter,
+      first,
+      options.startTimeoutMs,
+      signal,
+    ))
+  ) {
+    // A module that hangs at import (or a machine too loaded): the worker
+    // would not be ready either.
+    throw new WorkerTimeoutError({
+      module: options.label,
+      pid: undefined,
+      timeoutMs: options.startTimeoutMs,
+      elapsedMs: Date.now() - since,
+      phase: "start",
+    });
+  }
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
+    const command = first ?? commandFor(options, adapter);
+    first = undefined;
     const conn = startConnection({
       adapter,
-      command: commandFor(options, adapter),
+      command,
       maxFrameBytes: options.maxFrameBytes,
       startTimeoutMs: options.startTimeoutMs,
       cancelGraceMs: options.cancelGraceMs,

@@ -366,7 +366,7 @@ export function oneShot<D = unknown>(
       try {
         conn = spare
           ? await spare.ready
-          : await launchWorker(resolved, adapter, events, "oneShot");
+          : await launchWorker(resolved, adapter, events, "oneShot", signal);
       } catch (error: unknown) {
         call.reject(error);
         return;

@@ -19,7 +19,6 @@ import {
   process,
   readFileSync,
   realpathSync,
-  spawnSync,
   statSync,
 } from "../node_builtins.ts";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
@@ -51,15 +50,7 @@ import {
   tooBroad,
   workerMounts,
 } from "./mounts.ts";
-import {
-  clearLocationData,
-  codeCacheDir,
-  isWarm,
-  LOCATION_DATA,
-  markWarm,
-  prepareCodeCache,
-} from "./code_cache.ts";
-import { resolvePermissions } from "../permissions.ts";
+import { codeCacheDir, LOCATION_DATA, prepareCodeCache } from "./code_cache.ts";
 import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
 import type {
@@ -124,6 +115,8 @@ interface InnerCommand {
   compiledDeno: boolean;
   /** For a worker run by `deno run`: the module Deno runs, for its private code cache. */
   denoModule?: string;
+  /** The private code cache the worker reads (set by {@linkcode useCodeCache}). */
+  codeCache?: string;
 }
 
 const COMPILED_DENO_UNENFORCED =
@@ -304,144 +297,12 @@ function commandMounts(program: string, args: readonly string[]): string[] {
  * How a sandboxed Deno worker gets its private code cache: read-only (every
  * worker), or writable (the warm-up start that fills it, with no grants).
  */
-type CodeCacheMode = "read-only" | "warm-up";
-
-/** How long one warm-up start may take (it blocks the parent). */
-const WARM_UP_TIMEOUT_MS = 10_000;
-
-/** Bounds a warm-up start under Deno (see {@linkcode runToEnd}). */
-const TIMEOUT_PROGRAM = "/usr/bin/timeout";
-
-/** The part of Deno's API {@linkcode runToEnd} uses. */
-interface DenoCommandApi {
-  Command: new (program: string, options: {
-    args: string[];
-    env: Record<string, string>;
-    clearEnv: boolean;
-    cwd: string;
-    stdin: "null";
-    stdout: "null";
-    stderr: "null";
-  }) => { outputSync(): { code: number; signal: string | null } };
-}
-
-/**
- * Runs a command to its end (stdin, stdout and stderr `/dev/null`) with
- * exactly `env`, at most {@linkcode WARM_UP_TIMEOUT_MS}.
- *
- * Not through `node:child_process` under Deno: Deno 2.9's `spawnSync` adds
- * the parent's whole environment to the `env` it is given, and inserts
- * `run -A --unstable-bare-node-builtins …` after any argument equal to
- * Deno's own path (a bubblewrap mount of the deno binary). `Deno.Command`
- * has no timeout for a synchronous run, so `timeout --signal=KILL` bounds it
- * there.
- *
- * @returns Whether it ran and ended by itself (whatever its exit status).
- */
-function runToEnd(
-  argv: readonly string[],
-  env: Record<string, string>,
-  cwd: string,
-): boolean {
-  const [program = "", ...args] = argv;
-  const deno = (globalThis as { Deno?: DenoCommandApi }).Deno;
-  if (deno !== undefined) {
-    try {
-      const result = new deno.Command(TIMEOUT_PROGRAM, {
-        args: [
-          "--signal=KILL",
-          `${WARM_UP_TIMEOUT_MS / 1000}s`,
-          program,
-          ...args,
-        ],
-        env,
-        clearEnv: true,
-        cwd,
-        stdin: "null",
-        stdout: "null",
-        stderr: "null",
-      }).outputSync();
-      // 124/137: timed out (timeout's own status, or its SIGKILL); 125-127:
-      // timeout could not run the program.
-      return result.signal === null && result.code < 124;
-    } catch {
-      return false;
-    }
-  }
-  const result = spawnSync(program, args, {
-    env,
-    cwd,
-    stdio: "ignore",
-    timeout: WARM_UP_TIMEOUT_MS,
-    killSignal: "SIGKILL",
-  });
-  return result.error === undefined && result.status !== null;
-}
-
-/** Caches whose warm-up this process already ran or tried. */
-const warmUpTried = new Set<string>();
-
-/**
- * Fills a worker's private code cache (see code_cache.ts): runs the
- * worker's module with no grants at all, no environment and no setup, in
- * the OS sandbox, with only the cache writable; stdin is empty, so the
- * worker imports its module, says hello and ends. An empty cache gets two
- * starts (Deno writes the transpiled modules on the first and the rest of
- * the V8 code cache on the second); one marked warmed by an earlier process
- * gets one, which compiles again what changed since (the module, its
- * imports, airlock) so a stale cache does not slow every start. Runs at most
- * once per cache and process; once its starts ended by themselves (whatever
- * their exit status) the cache is marked warmed. A module that cannot load
- * without its grants leaves a partial cache (slower starts, never less
- * confined).
- */
-function warmCodeCache(
-  input: WorkerCommandInput,
-  adapter: RuntimeAdapter,
-  dir: string,
-): void {
-  if (warmUpTried.has(dir)) return;
-  warmUpTried.add(dir);
-  let command: WorkerCommand;
-  try {
-    command = buildWorkerCommand(
-      {
-        ...input,
-        permissions: resolvePermissions(undefined, input.cwd),
-        env: {},
-        launcher: [],
-      },
-      adapter,
-      "warm-up",
-    );
-  } catch {
-    return;
-  }
-  // It runs the module's code: only ever inside the sandbox.
-  if (command.sandboxes.length === 0) return;
-  // A cache warmed before (by an earlier process) is refreshed with one
-  // start: what changed since (the module, its imports, airlock) is
-  // compiled again; the rest is found.
-  const runs = isWarm(dir) ? 1 : 2;
-  for (let run = 0; run < runs; run++) {
-    // Not started, or stopped at the timeout: not marked, so the next
-    // process tries again (this one does not).
-    if (!runToEnd(command.spawn.argv, command.spawn.env, command.spawn.cwd)) {
-      return;
-    }
-  }
-  try {
-    clearLocationData(dir);
-    markWarm(dir);
-  } catch {
-    // Warmed anyway; a later process warms it again.
-  }
-}
+export type CodeCacheMode = "read-only" | "warm-up";
 
 /**
  * Gives a sandboxed Deno worker its private code cache as `DENO_DIR` (see
- * code_cache.ts): read-only, warmed first on this process's first start of
- * the module; writable for the warm-up itself. Leaves the parent's (read-only module caches, nothing
+ * code_cache.ts): read-only (the parent warms it first: launch/warm_up.ts);
+ * writable for the warm-up itself. Leaves the parent's (read-only module caches, nothing
  * cached between starts: slower, equally confined) when the parent has no
  * cache directory or may not create one.
  *
@@ -476,7 +337,7 @@ function useCodeCache(
     inner.step.writable = [dir];
     return { dir, writable: true };
   }
-  warmCodeCache(input, adapter, dir);
+  inner.codeCache = dir;
   inner.step.readOnly = [...inner.step.readOnly, dir];
   return { dir, writable: false };
 }
@@ -801,5 +662,8 @@ export function buildWorkerCommand(
     mapExit,
     workerPid: (spawnPid) =>
       local ? descendantPid(spawnPid, levels) : undefined,
+    ...(inner.codeCache !== undefined && codeCacheMode === "read-only"
+      ? { codeCache: inner.codeCache }
+      : {}),
   };
 }

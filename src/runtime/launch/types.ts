@@ -79,6 +79,11 @@ export interface WorkerCommand {
    * gone); call it once the worker is ready.
    */
   workerPid(spawnPid: number): number | undefined;
+  /**
+   * The private code cache a sandboxed Deno worker reads (read-only), which
+   * the parent warms before starting it (launch/warm_up.ts). Omitted: none.
+   */
+  codeCache?: string;
 }
 
 /** One step of a launch: a command line with its environment. */

@@ -1,0 +1,217 @@
+/**
+ * The warm-up of a sandboxed Deno worker's private code cache (see
+ * code_cache.ts): before this process's first worker of a module, the parent
+ * runs the module once (twice for a cache never warmed) with no grants at
+ * all, no environment and no setup, in the OS sandbox, with only the cache
+ * writable; stdin is empty, so the worker imports its module, says hello
+ * and ends. Asynchronous: the parent's event loop runs on meanwhile (a
+ * module that hangs at import stalls nothing but its own start). Concurrent
+ * starts of a module share one warm-up; each waits for it at most until its
+ * start's deadline and no longer than its caller's abort.
+ *
+ * @module
+ */
+
+import { buildWorkerCommand } from "./command.ts";
+import { clearLocationData, isWarm, markWarm } from "./code_cache.ts";
+import { resolvePermissions } from "../permissions.ts";
+import type { ChildHandle, RuntimeAdapter } from "../types.ts";
+import type { WorkerCommand, WorkerCommandInput } from "./types.ts";
+
+/** How long one warm-up start may take before the parent kills it. */
+export const WARM_UP_TIMEOUT_MS = 10_000;
+
+/** One cache's warm-up in this process. */
+interface WarmUp {
+  /** Settles once it ended (warmed or not); never rejects. */
+  readonly done: Promise<void>;
+  /** Whether it ended. */
+  finished: boolean;
+  /** Starts waiting for it now. */
+  waiters: number;
+  /** Kills its running start; it ends unmarked. */
+  stop(): void;
+}
+
+/** Warm-ups of this process, by cache directory. */
+const warmUps = new Map<string, WarmUp>();
+
+/** Warm-up starts running now (killed when the parent exits). */
+const running = new Set<ChildHandle>();
+
+let reaping = false;
+
+/** Reads a stream to its end, dropping what it holds. */
+async function drain(stream: ReadableStream<Uint8Array>): Promise<void> {
+  const reader = stream.getReader();
+  try {
+    while (!(await reader.read()).done) {
+      // Dropped: the warm-up's output means nothing to the parent.
+    }
+  } catch {
+    // The pipe broke: the process is gone.
+  }
+}
+
+/** A warm-up's current start, so that `stop()` can kill it. */
+interface Run {
+  stopped: boolean;
+  child: ChildHandle | undefined;
+}
+
+/**
+ * Runs the warm-up command to its end through the runtime's own spawn
+ * (exactly its environment and argv: Deno 2.9's `node:child_process` adds
+ * the parent's environment and rewrites an argument equal to Deno's path),
+ * stdin closed, output dropped, killed after {@linkcode WARM_UP_TIMEOUT_MS}.
+ *
+ * @returns Whether it started and ended by itself (whatever its exit code).
+ */
+async function runToEnd(
+  adapter: RuntimeAdapter,
+  command: WorkerCommand,
+  run: Run,
+): Promise<boolean> {
+  if (run.stopped) return false;
+  let child: ChildHandle;
+  try {
+    child = adapter.spawn(command.spawn);
+  } catch {
+    return false;
+  }
+  run.child = child;
+  running.add(child);
+  if (!reaping) {
+    reaping = true;
+    adapter.onExit(() => {
+      for (const each of running) each.kill("SIGKILL");
+    });
+  }
+  child.closeStdin();
+  const output = Promise.all([drain(child.stdout), drain(child.stderr)]);
+  let killed = false;
+  const timer = setTimeout(() => {
+    killed = true;
+    child.kill("SIGKILL");
+  }, WARM_UP_TIMEOUT_MS);
+  const status = await child.exited;
+  clearTimeout(timer);
+  running.delete(child);
+  run.child = undefined;
+  await output;
+  return !killed && !run.stopped &&
+    command.mapExit(status.code, status.signal).signal === null;
+}
+
+/** Starts the warm-up of a cache (at most one at a time per cache). */
+function startWarmUp(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  dir: string,
+): WarmUp {
+  const run: Run = { stopped: false, child: undefined };
+  let command: WorkerCommand | undefined;
+  try {
+    command = buildWorkerCommand(
+      {
+        ...input,
+        permissions: resolvePermissions(undefined, input.cwd),
+        env: {},
+        launcher: [],
+      },
+      adapter,
+      "warm-up",
+    );
+  } catch {
+    command = undefined;
+  }
+  const warm = async (): Promise<void> => {
+    // It runs the module's code: only ever inside the sandbox.
+    if (command === undefined || command.sandboxes.length === 0) return;
+    // A cache warmed before (by an earlier process) is refreshed with one
+    // start: what changed since (the module, its imports, airlock) is
+    // compiled again; the rest is found. An empty one needs two (Deno
+    // writes the transpiled modules on the first, the rest of the V8 code
+    // cache on the second).
+    const runs = isWarm(dir) ? 1 : 2;
+    for (let i = 0; i < runs; i++) {
+      // Not started, killed at its timeout or stopped: not marked.
+      if (!(await runToEnd(adapter, command, run))) return;
+    }
+    try {
+      clearLocationData(dir);
+      markWarm(dir);
+    } catch {
+      // Warmed anyway; a later process warms it again.
+    }
+  };
+  const warmUp: WarmUp = {
+    done: warm().catch(() => {}).finally(() => {
+      warmUp.finished = true;
+    }),
+    finished: false,
+    waiters: 0,
+    stop() {
+      run.stopped = true;
+      run.child?.kill("SIGKILL");
+    },
+  };
+  return warmUp;
+}
+
+/**
+ * Warms a sandboxed Deno worker's private code cache before its start, once
+ * per cache and process (a warm-up that no one waits for any more is
+ * killed, unmarked, and a later start tries again). A warm-up that fails
+ * or times out leaves the cache unmarked: the worker starts all the same,
+ * reading what is there (slower, never less confined).
+ *
+ * @param input The worker's resolved options.
+ * @param adapter The parent's runtime.
+ * @param command The worker's command, from `buildWorkerCommand`.
+ * @param timeoutMs How long this start may wait for it (0: no limit but the
+ *   warm-up's own, {@linkcode WARM_UP_TIMEOUT_MS} per start).
+ * @param signal The caller's abort: stops the wait at once.
+ * @returns `true` once the warm-up ended (or there is none), `false` when
+ *   `timeoutMs` passed first.
+ * @throws The signal's reason when it aborts.
+ */
+export async function warmUpCodeCache(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  command: WorkerCommand,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<boolean> {
+  const dir = command.codeCache;
+  if (dir === undefined || command.sandboxes.length === 0) return true;
+  signal?.throwIfAborted();
+  let warmUp = warmUps.get(dir);
+  if (warmUp === undefined) {
+    warmUp = startWarmUp(input, adapter, dir);
+    warmUps.set(dir, warmUp);
+  }
+  if (warmUp.finished) return true;
+  const current = warmUp;
+  current.waiters++;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: (() => void) | undefined;
+  try {
+    return await new Promise<boolean>((resolve, reject) => {
+      current.done.then(() => resolve(true));
+      if (timeoutMs > 0) timer = setTimeout(() => resolve(false), timeoutMs);
+      if (signal !== undefined) {
+        onAbort = () => reject(signal.reason);
+        signal.addEventListener("abort", onAbort, { once: true });
+      }
+    });
+  } finally {
+    clearTimeout(timer);
+    if (onAbort !== undefined) signal?.removeEventListener("abort", onAbort);
+    current.waiters--;
+    if (current.waiters === 0 && !current.finished) {
+      current.stop();
+      if (warmUps.get(dir) === current) warmUps.delete(dir);
+    }
+  }
+}
