@@ -17,7 +17,12 @@ import {
 } from "../node_builtins.ts";
 import { writableByWorker } from "../launch/executable.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
-import type { LaunchStep, WrappedStep, Wrapper } from "../launch/types.ts";
+import type {
+  LaunchStep,
+  SandboxMode,
+  WrappedStep,
+  Wrapper,
+} from "../launch/types.ts";
 import {
   confinedArgv,
   confineEntryUrl,
@@ -264,7 +269,7 @@ export interface LandlockBestEffortOptions {
   /** The worker's runtime (`"command"` for a user's command). */
   runtime: "deno" | "bun" | "command";
   /** The `sandbox` option. */
-  sandbox: "none" | "os" | "auto";
+  sandbox: SandboxMode;
   /** The worker's resolved permissions. */
   permissions: ResolvedPermissions;
   /** Whether bubblewrap is usable. */
