@@ -174,7 +174,7 @@ export interface WorkerCrashedErrorOptions extends AirlockErrorOptions {
  * @param signal The signal name, e.g. `"SIGKILL"`.
  * @returns A short hint, or `undefined` for signals without one.
  */
-export function signalHint(signal: string | null): string | undefined {
+function signalHint(signal: string | null): string | undefined {
   switch (signal) {
     case "SIGKILL":
       return "killed from outside or by the out-of-memory killer";

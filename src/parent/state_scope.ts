@@ -41,7 +41,7 @@ export type PathsOption = string | URL | readonly (string | URL)[];
  * @returns Absolute paths.
  * @throws {TypeError} when an entry is not a path or file URL.
  */
-export function resolvePaths(
+function resolvePaths(
   value: PathsOption | undefined,
   cwd: string,
   name: string,
@@ -96,7 +96,7 @@ export function stateScope(paths: PathsOption = []): StateScope {
  * @param value Anything.
  * @returns Whether it is a scope.
  */
-export function isStateScope(value: unknown): value is StateScope {
+function isStateScope(value: unknown): value is StateScope {
   return typeof value === "object" && value !== null &&
     (value as Record<symbol, unknown>)[SCOPE] === true;
 }

@@ -108,7 +108,7 @@ export function preview(key: unknown): string {
 }
 
 /** A path as shown in a message, cut after 240 characters. */
-export function formatPath(path: string): string {
+function formatPath(path: string): string {
   if (path === "") return "value";
   const bare = path.startsWith(".") ? path.slice(1) : path;
   return bare.length > MAX_PATH_CHARS

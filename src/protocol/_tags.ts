@@ -39,7 +39,7 @@ export interface TypedArrayConstructor {
   ): ArrayBufferView;
 }
 
-export const FLOAT16_ARRAY =
+const FLOAT16_ARRAY =
   (globalThis as { Float16Array?: TypedArrayConstructor })
     .Float16Array;
 export const URL_CLASS: typeof URL | undefined = typeof URL === "function"
@@ -47,7 +47,7 @@ export const URL_CLASS: typeof URL | undefined = typeof URL === "function"
   : undefined;
 
 /** RFC 8746 little-endian tags of the typed arrays other than Uint8Array. */
-export const TYPED_ARRAYS: readonly (readonly [
+const TYPED_ARRAYS: readonly (readonly [
   number,
   string,
   TypedArrayConstructor | undefined,

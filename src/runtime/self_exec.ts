@@ -31,7 +31,7 @@ export const WORKER_DEPTH_ENV = "AIRLOCK_WORKER_DEPTH";
  * compiled: the program's entry is run again with `deno run` or `bun`, so the
  * path a compiled executable takes can be tried before compiling.
  */
-export const SELF_EXEC_ENV = "AIRLOCK_SELF_EXEC";
+const SELF_EXEC_ENV = "AIRLOCK_SELF_EXEC";
 /** Most levels of self-exec (a worker that starts workers of its own counts one more). */
 export const MAX_SELF_EXEC_DEPTH = 4;
 /**

@@ -86,7 +86,7 @@ export interface DefineWorkerOptions<H extends Handlers = Handlers> {
 }
 
 /** The default number of calls a worker runs at once. */
-export const DEFAULT_WORKER_CONCURRENCY = 16;
+const DEFAULT_WORKER_CONCURRENCY = 16;
 
 export { RESERVED_NAMES };
 

@@ -53,7 +53,7 @@ export function denoMainModule(
  * @param start The module's directory.
  * @returns The flags (empty when the module belongs to no project).
  */
-export function denoProjectFlags(start: string): string[] {
+function denoProjectFlags(start: string): string[] {
   let dir = start;
   while (true) {
     for (const name of ["deno.json", "deno.jsonc"]) {
