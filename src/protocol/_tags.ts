@@ -39,9 +39,8 @@ export interface TypedArrayConstructor {
   ): ArrayBufferView;
 }
 
-const FLOAT16_ARRAY =
-  (globalThis as { Float16Array?: TypedArrayConstructor })
-    .Float16Array;
+const FLOAT16_ARRAY = (globalThis as { Float16Array?: TypedArrayConstructor })
+  .Float16Array;
 export const URL_CLASS: typeof URL | undefined = typeof URL === "function"
   ? URL
   : undefined;
