@@ -20,6 +20,7 @@ import type * as ChildProcess from "node:child_process";
 import type * as Crypto from "node:crypto";
 import type * as DiagnosticsChannel from "node:diagnostics_channel";
 import type * as Fs from "node:fs";
+import type * as FsPromises from "node:fs/promises";
 import type * as Os from "node:os";
 import type * as Path from "node:path";
 import type * as Url from "node:url";
@@ -73,6 +74,14 @@ export const createHash: typeof Crypto.createHash = lazy(
   crypto,
   "createHash",
 );
+const fsPromises = (): typeof FsPromises => fs().promises as typeof FsPromises;
+
+/** `node:fs/promises` `readdir`. */
+export const readdir: typeof FsPromises.readdir = lazy(fsPromises, "readdir");
+/** `node:fs/promises` `lstat`. */
+export const lstat: typeof FsPromises.lstat = lazy(fsPromises, "lstat");
+/** `node:fs/promises` `rm`. */
+export const rm: typeof FsPromises.rm = lazy(fsPromises, "rm");
 /** `node:fs` `lstatSync`. */
 export const lstatSync: typeof Fs.lstatSync = lazy(fs, "lstatSync");
 /** `node:fs` `mkdtempSync`. */

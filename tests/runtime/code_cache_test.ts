@@ -3,7 +3,14 @@
 // the cache directory stays bounded (launch/warm_up.ts, launch/code_cache.ts).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import process from "node:process";
@@ -15,6 +22,10 @@ import {
   rejection,
   scratchDir,
 } from "../_helpers.ts";
+import {
+  pruneCodeCaches,
+  USED_MARK,
+} from "../../src/runtime/launch/code_cache.ts";
 
 checkNoLeaks();
 
@@ -114,5 +125,78 @@ test(
       existsSync(join(caches, key, "airlock-warmed"))
     );
     assert.equal(marked.length, 1);
+    // The process recorded its use of it (what pruning goes by).
+    assert.ok(existsSync(join(caches, marked[0] as string, USED_MARK)));
   },
 );
+
+test("pruning keeps the newest caches and never one in use", async () => {
+  using dir = scratchDir("prune");
+  const shared = dir.join("remote");
+  mkdirSync(shared);
+  writeFileSync(join(shared, "module.js"), "kept");
+  const now = Date.now();
+  const HOUR = 60 * 60 * 1000;
+  /** A cache last used `hoursAgo` ago, with a link to a shared cache. */
+  const make = (index: number, hoursAgo: number): string => {
+    const name = index.toString(16).padStart(32, "0");
+    const cache = dir.join("airlock-code", name);
+    mkdirSync(cache, { recursive: true });
+    symlinkSync(shared, join(cache, "remote"));
+    const mark = join(cache, USED_MARK);
+    writeFileSync(mark, "");
+    const at = new Date(now - hoursAgo * HOUR);
+    utimesSync(mark, at, at);
+    utimesSync(cache, at, at);
+    return cache;
+  };
+  // Used 1 to 8 hours ago: #1 the newest, #8 the oldest (in use).
+  const caches = [1, 2, 3, 4, 5, 6, 7, 8].map((hours) => make(hours, hours));
+  const inUse = caches[7] as string;
+  // Not a cache: left alone.
+  mkdirSync(dir.join("airlock-code", "other"));
+  const removed = await pruneCodeCaches(dir.join("airlock-code"), {
+    maxEntries: 3,
+    maxAgeMs: 1_000 * HOUR,
+    graceMs: HOUR / 2,
+    inUse: (cache) => cache === inUse,
+    now,
+  });
+  // The one in use takes one of the 3 places; the 2 newest keep the rest.
+  assert.deepEqual(removed.sort(), caches.slice(2, 7).sort());
+  assert.deepEqual(
+    readdirSync(dir.join("airlock-code")).sort(),
+    ["other", ...[1, 2, 8].map((i) => i.toString(16).padStart(32, "0"))]
+      .sort(),
+  );
+  // The links were removed, not followed.
+  assert.ok(existsSync(join(shared, "module.js")));
+  // Unused for longer than maxAgeMs: removed whatever the count (and the
+  // one in use, however old, never).
+  const old = await pruneCodeCaches(dir.join("airlock-code"), {
+    maxEntries: 10,
+    maxAgeMs: 1.5 * HOUR,
+    graceMs: HOUR / 2,
+    inUse: (cache) => cache === inUse,
+    now,
+  });
+  assert.deepEqual(old, [caches[1]]);
+  assert.ok(existsSync(inUse));
+  assert.ok(existsSync(caches[0] as string));
+});
+
+test("pruning keeps a cache used within the grace period, even beyond the count", async () => {
+  using dir = scratchDir("prune-grace");
+  const root = dir.join("airlock-code");
+  const now = Date.now();
+  const names = ["a", "b", "c"].map((c) => c.repeat(32));
+  for (const name of names) mkdirSync(join(root, name), { recursive: true });
+  const removed = await pruneCodeCaches(root, {
+    maxEntries: 1,
+    graceMs: 60_000,
+    inUse: () => false,
+    now,
+  });
+  assert.deepEqual(removed, []);
+  assert.equal(readdirSync(root).length, 3);
+});

@@ -16,6 +16,12 @@
  * parent's, mounted read-only by the sandbox; web storage (`location_data`)
  * is a private tmpfs inside bubblewrap and read-only without it.
  *
+ * The caches stay bounded: each process touches a mark (`airlock-used`) in
+ * the caches it uses and prunes, once and in the background, the caches
+ * unused for {@linkcode CODE_CACHE_MAX_AGE_MS} and, beyond the
+ * {@linkcode CODE_CACHE_MAX_ENTRIES} most recently used, those unused for
+ * {@linkcode CODE_CACHE_GRACE_MS}; never one this process uses.
+ *
  * @module
  */
 
@@ -23,10 +29,13 @@ import {
   createHash,
   existsSync,
   join,
+  lstat,
   lstatSync,
   mkdirSync,
+  readdir,
   readdirSync,
   readlinkSync,
+  rm,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -168,4 +177,139 @@ export function isWarm(dir: string): boolean {
  */
 export function markWarm(dir: string): void {
   writeFileSync(join(dir, WARM_MARK), "");
+}
+
+/** The file whose modification time says when a process last used a cache. */
+export const USED_MARK = "airlock-used";
+
+/** At most this many caches are kept (the most recently used ones). */
+export const CODE_CACHE_MAX_ENTRIES = 64;
+
+/** A cache unused this long is removed whatever the count. */
+export const CODE_CACHE_MAX_AGE_MS = 30 * 24 * 60 * 60 * 1000;
+
+/**
+ * A cache used this recently is never removed (another process may be
+ * starting or running workers with it).
+ */
+export const CODE_CACHE_GRACE_MS = 10 * 60 * 1000;
+
+/** How often a process refreshes the mark of a cache it keeps using. */
+const TOUCH_EVERY_MS = 60 * 1000;
+
+/** The caches this process used, with when it last touched their mark. */
+const used = new Map<string, number>();
+
+/** Cache roots this process pruned (or is pruning). */
+const pruned = new Set<string>();
+
+/**
+ * Records that this process uses a cache (its workers read it): it is never
+ * pruned by this process, and its mark tells other processes it is in use
+ * (refreshed at most once a minute).
+ *
+ * @param dir The directory, from {@linkcode codeCacheDir}.
+ */
+export function touchCodeCache(dir: string): void {
+  const now = Date.now();
+  const last = used.get(dir);
+  if (last !== undefined && now - last < TOUCH_EVERY_MS) return;
+  used.set(dir, now);
+  try {
+    writeFileSync(join(dir, USED_MARK), String(now));
+  } catch {
+    // Not recorded: the directory's own time stands in for it.
+  }
+}
+
+/** How {@linkcode pruneCodeCaches} chooses. */
+export interface PruneOptions {
+  /** How many caches to keep at most. Default {@linkcode CODE_CACHE_MAX_ENTRIES}. */
+  maxEntries?: number;
+  /** Removes caches unused this long. Default {@linkcode CODE_CACHE_MAX_AGE_MS}. */
+  maxAgeMs?: number;
+  /** Keeps caches used this recently. Default {@linkcode CODE_CACHE_GRACE_MS}. */
+  graceMs?: number;
+  /** Whether a cache is in use (never removed). Default: used by this process. */
+  inUse?: (dir: string) => boolean;
+  /** The time to count from (ms since the epoch). Default: now. */
+  now?: number;
+}
+
+/**
+ * Removes the private caches under `root` (`<DENO_DIR>/airlock-code`) that
+ * are not in use and either unused for `maxAgeMs`, or beyond the
+ * `maxEntries` most recently used (the ones in use count) and unused for
+ * `graceMs`. Only directories named like a key are considered; the links
+ * to Deno's module caches inside are removed, never followed.
+ *
+ * @param root The directory holding the caches.
+ * @param options What to keep.
+ * @returns The directories removed.
+ */
+export async function pruneCodeCaches(
+  root: string,
+  options: PruneOptions = {},
+): Promise<string[]> {
+  const maxEntries = options.maxEntries ?? CODE_CACHE_MAX_ENTRIES;
+  const maxAgeMs = options.maxAgeMs ?? CODE_CACHE_MAX_AGE_MS;
+  const graceMs = options.graceMs ?? CODE_CACHE_GRACE_MS;
+  const inUse = options.inUse ?? ((dir: string) => used.has(dir));
+  const now = options.now ?? Date.now();
+  let names: string[];
+  try {
+    names = await readdir(root);
+  } catch {
+    return [];
+  }
+  const entries: { dir: string; usedAt: number; inUse: boolean }[] = [];
+  for (const name of names) {
+    if (!/^[0-9a-f]{32}$/.test(name)) continue;
+    const dir = join(root, name);
+    let usedAt: number;
+    try {
+      const stat = await lstat(dir);
+      if (!stat.isDirectory()) continue;
+      usedAt = stat.mtimeMs;
+    } catch {
+      continue;
+    }
+    try {
+      usedAt = Math.max(usedAt, (await lstat(join(dir, USED_MARK))).mtimeMs);
+    } catch {
+      // Never marked (made before the marks): the directory's time.
+    }
+    entries.push({ dir, usedAt, inUse: inUse(dir) });
+  }
+  // Most recently used first; the ones in use take their places.
+  entries.sort((a, b) =>
+    Number(b.inUse) - Number(a.inUse) || b.usedAt - a.usedAt
+  );
+  const removed: string[] = [];
+  for (const [index, entry] of entries.entries()) {
+    const idle = now - entry.usedAt;
+    const remove = idle > maxAgeMs || (index >= maxEntries && idle > graceMs);
+    // Asked again just before: a start may have taken it meanwhile.
+    if (!remove || entry.inUse || inUse(entry.dir)) continue;
+    try {
+      await rm(entry.dir, { recursive: true, force: true });
+      removed.push(entry.dir);
+    } catch {
+      // Left for a later process.
+    }
+  }
+  return removed;
+}
+
+/**
+ * Prunes the caches beside `dir` once per process, in the background
+ * (see {@linkcode pruneCodeCaches}).
+ *
+ * @param dir A cache directory, from {@linkcode codeCacheDir}.
+ */
+export function pruneCodeCachesOnce(dir: string): void {
+  const root = join(dir, "..");
+  if (pruned.has(root)) return;
+  pruned.add(root);
+  pruneCodeCaches(root).catch(() => {});
 }

@@ -13,7 +13,13 @@
  */
 
 import { buildWorkerCommand } from "./command.ts";
-import { clearLocationData, isWarm, markWarm } from "./code_cache.ts";
+import {
+  clearLocationData,
+  isWarm,
+  markWarm,
+  pruneCodeCachesOnce,
+  touchCodeCache,
+} from "./code_cache.ts";
 import { resolvePermissions } from "../permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../types.ts";
 import type { WorkerCommand, WorkerCommandInput } from "./types.ts";
@@ -185,6 +191,8 @@ export async function warmUpCodeCache(
 ): Promise<boolean> {
   const dir = command.codeCache;
   if (dir === undefined || command.sandboxes.length === 0) return true;
+  touchCodeCache(dir);
+  pruneCodeCachesOnce(dir);
   signal?.throwIfAborted();
   let warmUp = warmUps.get(dir);
   if (warmUp === undefined) {
