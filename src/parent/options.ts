@@ -87,9 +87,12 @@ export interface WorkerOptions<D = unknown> {
    */
   permissions?: PermissionsOption;
   /**
-   * The OS sandbox (bubblewrap on Linux) that confines native code too:
-   * `"os"` requires it, `"none"` never uses it, `"auto"` uses it when
-   * available and the worker is Bun or is granted `ffi`.
+   * The OS sandbox (on Linux: bubblewrap and Landlock) that confines the
+   * whole worker process, native code included:
+   * `"os"` requires it, `"none"` never uses it, `"auto"` uses it wherever it
+   * is available, on both runtimes. Where it is not, a Bun or `command`
+   * worker refuses to start with `PermissionError` unless
+   * `permissions.enforce` is `"best-effort"`. See docs/permissions.md.
    *
    * @default {"auto"}
    */
@@ -451,7 +454,7 @@ export const DEFAULTS = Object.freeze(
   {
     /** The parent's own runtime. */
     runtime: "auto",
-    /** The OS sandbox when available and needed (Bun, or `ffi` granted). */
+    /** The OS sandbox wherever it is available, on both runtimes. */
     sandbox: "auto",
     /** A call's deadline once written: 5 minutes. */
     callTimeoutMs: 300_000,
