@@ -79,6 +79,23 @@ export class DeadlineQueue<T extends Timed> {
    *
    * @param id The call's id.
    */
+  /**
+   * {@linkcode DeadlineQueue.restart} for several items, with one clock
+   * read.
+   *
+   * @param items The items.
+   */
+  restartAll(items: readonly T[]): void {
+    if (items.length === 0) return;
+    const now = Date.now();
+    for (const item of items) {
+      const deadline = this.#entries.get(item.id);
+      if (deadline === undefined || deadline.item !== item) continue;
+      deadline.startedAt = now;
+      deadline.at = now + item.timeoutMs;
+    }
+  }
+
   delete(id: number): void {
     this.#entries.delete(id);
   }

@@ -338,10 +338,23 @@ export class Connection {
       // its stdin (a full pipe) cannot hold the call forever.
       this.#deadlines.add(call);
     }
-    this.#child.write(call.chunks).then(() => {
-      this.#deadlines.restart(call);
+    const written = this.#child.write(call.chunks);
+    // Frames sent in one turn share one write (and its promise): one
+    // handler per write, not per call, restarts their deadlines (a call
+    // written ahead has none until it is promoted: restarting it is a no-op).
+    if (written === this.#written) {
+      if (call.timeoutMs > 0) this.#writtenCalls.push(call);
+      return !ahead;
+    }
+    const calls: CallRecord[] = call.timeoutMs > 0 ? [call] : [];
+    this.#written = written;
+    this.#writtenCalls = calls;
+    written.then(() => {
+      if (this.#written === written) this.#written = undefined;
+      this.#deadlines.restartAll(calls);
     }, () => {
-      // The pipe broke: the exit handler reports the call as lost.
+      if (this.#written === written) this.#written = undefined;
+      // The pipe broke: the exit handler reports the calls as lost.
     });
     return !ahead;
   }
@@ -390,6 +403,11 @@ export class Connection {
       this.#options.events.onStarted?.(call);
     }
   }
+
+  /** The write the last call went into, while it is in progress. */
+  #written: Promise<void> | undefined;
+  /** The calls with a deadline in that write. */
+  #writtenCalls: CallRecord[] = [];
 
   #timeout(call: CallRecord, startedAt: number): void {
     if (this.#pending.get(call.id) !== call) return;
@@ -469,12 +487,21 @@ export class Connection {
   #idleWaiters: (() => void)[] = [];
 
   #lastOccupancy = 0;
+  #slotFreeQueued = false;
+  #slotFree = (): void => {
+    this.#slotFreeQueued = false;
+    this.#options.events.onSlotFree?.();
+  };
 
   #syncRef(): void {
     const occupancy = this.occupancy;
     const freed = occupancy < this.#lastOccupancy;
     this.#lastOccupancy = occupancy;
-    if (freed) queueMicrotask(() => this.#options.events.onSlotFree?.());
+    if (freed && !this.#slotFreeQueued) {
+      // Once per turn, however many answers a read brought.
+      this.#slotFreeQueued = true;
+      queueMicrotask(this.#slotFree);
+    }
     if (this.#pending.size === 0 && this.#idleWaiters.length > 0) {
       const waiters = this.#idleWaiters;
       this.#idleWaiters = [];

@@ -94,6 +94,42 @@ function streamOf(
 }
 
 /**
+ * A handler's `this`. `signal` and `progress` are made on first use: most
+ * handlers never look, and a closure and an object literal with an accessor
+ * per call cost on every call.
+ */
+class Context implements CallContext {
+  readonly op: string;
+  readonly id: number;
+  readonly traceContext: CallContext["traceContext"];
+  #state: Running;
+  #report: (id: number, state: Running, value: unknown) => void;
+  #progress: ((value: unknown) => void) | undefined;
+
+  constructor(
+    call: CallMessage,
+    state: Running,
+    report: (id: number, state: Running, value: unknown) => void,
+  ) {
+    this.op = call.op;
+    this.id = call.id;
+    this.traceContext = call.trace;
+    this.#state = state;
+    this.#report = report;
+  }
+
+  get signal(): AbortSignal {
+    return (this.#state.controller ??= new AbortController()).signal;
+  }
+
+  /** Bound to its call: `const { progress } = this` works too. */
+  get progress(): (value: unknown) => void {
+    return this.#progress ??= (value: unknown) =>
+      this.#report(this.id, this.#state, value);
+  }
+}
+
+/**
  * Serves a definition on this process's stdin and stdout until shutdown or
  * end-of-file, then exits the process.
  *
@@ -302,7 +338,44 @@ export async function serve(
     }
   };
 
-  const run = async (call: CallMessage): Promise<void> => {
+  /** Ends a call: frees its slot and starts the next waiting call. */
+  const release = (id: number): void => {
+    running.delete(id);
+    const next = waiting.shift();
+    if (next) run(next);
+    else checkDrained();
+  };
+
+  /** Answers a call with its handler's value (a stream: its values, then `end`). */
+  const answer = (call: CallMessage, state: Running, value: unknown): void => {
+    const iterator = streamOf(value);
+    if (iterator) {
+      pump(call, state, iterator).then(() => {
+        flushProgress(call.id, state);
+        void send({ type: "end", id: call.id });
+        release(call.id);
+      }, (error: unknown) => fail(call, state, error));
+      return;
+    }
+    flushProgress(call.id, state);
+    // Written in order after anything sent before: the slot is free once
+    // the answer is queued (send() never rejects).
+    void send({ type: "result", id: call.id, value });
+    release(call.id);
+  };
+
+  /** Answers a call with what its handler threw (or rejected with). */
+  const fail = (call: CallMessage, state: Running, error: unknown): void => {
+    flushProgress(call.id, state);
+    void send({ type: "error", id: call.id, error });
+    release(call.id);
+  };
+
+  /**
+   * Runs a call. A handler that returns a plain value is answered in the
+   * same turn (no promise per call); a thenable is awaited.
+   */
+  const run = (call: CallMessage): void => {
     const state: Running = {
       controller: undefined,
       cancelled: false,
@@ -314,38 +387,55 @@ export async function serve(
       progressTimer: undefined,
     };
     running.set(call.id, state);
+    let value: unknown;
     try {
       const handler = handlers[call.op];
       if (!handler || !Object.hasOwn(handlers, call.op)) {
         throw unknownOpError(call.op, ops);
       }
-      const context: CallContext = {
-        get signal(): AbortSignal {
-          return (state.controller ??= new AbortController()).signal;
-        },
-        op: call.op,
-        id: call.id,
-        progress: (value: unknown) => progress(call.id, state, value),
-        traceContext: call.trace,
-      };
-      const value = await handler.apply(context, call.args);
-      const iterator = streamOf(value);
-      if (iterator) {
-        await pump(call, state, iterator);
-        flushProgress(call.id, state);
-        await send({ type: "end", id: call.id });
-      } else {
-        flushProgress(call.id, state);
-        await send({ type: "result", id: call.id, value });
-      }
+      value = handler.apply(new Context(call, state, progress), call.args);
     } catch (error: unknown) {
-      flushProgress(call.id, state);
-      await send({ type: "error", id: call.id, error });
-    } finally {
-      running.delete(call.id);
-      const next = waiting.shift();
-      if (next) void run(next);
-      else checkDrained();
+      fail(call, state, error);
+      return;
+    }
+    let then: unknown;
+    if (
+      (typeof value === "object" && value !== null) ||
+      typeof value === "function"
+    ) {
+      try {
+        then = (value as { then?: unknown }).then;
+      } catch (error: unknown) {
+        // A `then` getter that throws: as `await` would, the call fails.
+        fail(call, state, error);
+        return;
+      }
+    }
+    if (typeof then !== "function") {
+      settle(call, state, value);
+      return;
+    }
+    // A promise or any thenable: adopted as `await` would.
+    let adopted: Promise<unknown>;
+    try {
+      adopted = Promise.resolve(value);
+    } catch (error: unknown) {
+      // A promise whose `constructor` getter throws.
+      fail(call, state, error);
+      return;
+    }
+    adopted.then(
+      (settled) => settle(call, state, settled),
+      (error: unknown) => fail(call, state, error),
+    );
+  };
+
+  /** {@linkcode answer}, or {@linkcode fail} with what it threw (a hostile value). */
+  const settle = (call: CallMessage, state: Running, value: unknown): void => {
+    try {
+      answer(call, state, value);
+    } catch (error: unknown) {
+      fail(call, state, error);
     }
   };
 
@@ -359,7 +449,7 @@ export async function serve(
             error: shutdownError(message.op),
           });
         } else if (running.size < concurrency) {
-          void run(message);
+          run(message);
         } else {
           waiting.push(message);
         }

@@ -16,7 +16,15 @@ const fixture = new URL(
   "../fixtures/reliability/serve_worker.ts",
   import.meta.url,
 );
-const OPS = ["echo", "print", "untilCancelled", "hold", "delay"];
+const OPS = [
+  "echo",
+  "print",
+  "untilCancelled",
+  "hold",
+  "delay",
+  "detached",
+  "thenable",
+];
 
 function answer(id: number): (message: Message) => boolean {
   return (message) =>
@@ -113,6 +121,45 @@ describe("serve() in a real worker process", () => {
     assert.equal(error.name, "TypeError");
     assert.match(error.message, /"nope"/);
     for (const op of OPS) assert.match(error.message, new RegExp(`"${op}"`));
+  });
+
+  test("serve() gives a handler a this whose progress, op and id work taken off it", async () => {
+    await using worker = spawnRawWorker(fixture);
+    await worker.next(isHello);
+    await worker.send({ type: "call", id: 7, op: "detached", args: [] });
+    const progress = await worker.next((message) =>
+      message.type === "progress" && message.id === 7
+    );
+    assert.deepEqual(progress, { type: "progress", id: 7, value: "half" });
+    assert.deepEqual(resultOf(await worker.next(answer(7))), {
+      op: "detached",
+      id: 7,
+      aborted: false,
+    });
+  });
+
+  test("serve() adopts a thenable a handler returns, and fails the call when its then getter throws", async () => {
+    await using worker = spawnRawWorker(fixture);
+    await worker.next(isHello);
+    const kinds = ["resolves", "rejects", "getter throws"];
+    for (const [i, kind] of kinds.entries()) {
+      await worker.send({
+        type: "call",
+        id: i + 1,
+        op: "thenable",
+        args: [kind],
+      });
+    }
+    assert.equal(resultOf(await worker.next(answer(1))), "adopted");
+    const rejected = errorOf(await worker.next(answer(2)));
+    assert.equal(rejected.name, "RangeError");
+    assert.equal(rejected.message, "thenable rejected");
+    const thrown = errorOf(await worker.next(answer(3)));
+    assert.equal(thrown.name, "RangeError");
+    assert.equal(thrown.message, "then getter");
+    // The worker serves on.
+    await worker.send({ type: "call", id: 4, op: "echo", args: [4] });
+    assert.equal(resultOf(await worker.next(answer(4))), 4);
   });
 
   test("serve() aborts the handler's signal on cancel, ignores a cancel for an unknown id, and still answers", async () => {
