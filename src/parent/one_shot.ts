@@ -59,7 +59,7 @@ import {
 
 /**
  * A one-shot runner: one method per handler of the worker (the typed
- * proxy), plus `call`.
+ * proxy), plus `call`, `stream` and `close` (needed only with `spares`).
  *
  * @typeParam D The worker module's default export type (`typeof db`).
  */

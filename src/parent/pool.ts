@@ -102,7 +102,7 @@ export interface PoolStats extends CallStats, CallMetricsStats {
 
 /**
  * A pool: one method per handler of the worker (the typed proxy), plus
- * `call`, `close`, `invalidate` and `stats`.
+ * `call`, `stream`, `close`, `invalidate` and `stats`.
  *
  * @typeParam D The worker module's default export type (`typeof db`).
  */

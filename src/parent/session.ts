@@ -83,7 +83,7 @@ export interface SessionStats extends CallStats, CallMetricsStats {
 
 /**
  * A session: one method per handler of the worker (the typed proxy), plus
- * `call`, `restart`, `close`, `invalidate`, `pid` and `stats`.
+ * `call`, `stream`, `restart`, `close`, `invalidate`, `pid` and `stats`.
  *
  * @typeParam D The worker module's default export type (`typeof db`).
  */
