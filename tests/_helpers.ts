@@ -12,6 +12,8 @@ import { execFileSync } from "node:child_process";
 import {
   accessSync,
   constants as fsConstants,
+  lstatSync,
+  mkdirSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
@@ -26,6 +28,33 @@ import process from "node:process";
 import type { LogSource } from "../mod.ts";
 import { assertNoWorkers, liveWorkers } from "../testing.ts";
 import { probeConfineSupport } from "../src/runtime/confine/confine_command.ts";
+
+/**
+ * The Deno cache directory of the test processes (and what they spawn): a
+ * directory of this user's under the temporary directory, kept from one run
+ * to the next, so that sandboxed Deno workers' private code caches
+ * (`<DENO_DIR>/airlock-code`) never fill the user's own cache. Another
+ * user's directory at that path is never used (a fresh one instead).
+ */
+function testDenoDir(): string {
+  const uid = process.getuid?.() ?? 0;
+  const root = join(tmpdir(), `airlock-test-cache-${uid}`);
+  try {
+    mkdirSync(root, { mode: 0o700 });
+  } catch {
+    // There already.
+  }
+  try {
+    const stat = lstatSync(root);
+    if (stat.isDirectory() && stat.uid === uid && (stat.mode & 0o022) === 0) {
+      return join(root, "deno");
+    }
+  } catch {
+    // Not usable: a fresh one below.
+  }
+  return join(mkdtempSync(join(tmpdir(), "airlock-test-cache-")), "deno");
+}
+process.env.DENO_DIR = testDenoDir();
 
 /** The runtime running the tests. */
 export const RUNTIME: "deno" | "bun" =
