@@ -311,7 +311,18 @@ export function memoryRuntime(
     ppid: () => host.ppid(),
     cwd: () => host.cwd(),
     env: (name) => host.env(name),
-    environment: () => host.environment(),
+    // Without a Deno cache directory: a sandboxed Deno worker gets no private
+    // code cache, so no warm-up start (a child of its own) runs before it and
+    // `children` holds only the workers.
+    environment: () => {
+      const {
+        DENO_DIR: _denoDir,
+        XDG_CACHE_HOME: _cacheHome,
+        HOME: _home,
+        ...rest
+      } = host.environment();
+      return rest;
+    },
     spawn,
     workerStdio: () => {
       throw new Error("memoryRuntime: the parent side has no worker stdio");
