@@ -139,7 +139,9 @@ export interface WorkerOptions<D = unknown> {
   callTimeoutMs?: number;
   /**
    * Deadline for a worker to be ready (spawn, import, hello and `setup`), in
-   * milliseconds. Past it the start fails with `WorkerTimeoutError`.
+   * milliseconds. Past it the start fails with `WorkerTimeoutError`. A
+   * sandboxed Deno worker's first start of a module in a process also waits
+   * this long at most for its code cache's warm-up (docs/permissions.md).
    *
    * @default {60000}
    */

@@ -14,13 +14,16 @@ import {
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import process from "node:process";
-import { session, WorkerTimeoutError } from "../../mod.ts";
+import { oneShot, session, WorkerTimeoutError } from "../../mod.ts";
 import {
   captureLog,
   checkNoLeaks,
+  liveChildren,
   needsSandbox,
   rejection,
   scratchDir,
+  until,
+  within,
 } from "../_helpers.ts";
 import {
   pruneCodeCaches,
@@ -200,3 +203,32 @@ test("pruning keeps a cache used within the grace period, even beyond the count"
   assert.deepEqual(removed, []);
   assert.equal(readdirSync(root).length, 3);
 });
+
+test(
+  "aborting a oneShot call during its module's warm-up ends the start and the warm-up",
+  needsSandbox(),
+  async () => {
+    const module = slowModule("hangs_abort.ts", 600_000);
+    const run = oneShot<{ ping(): string }>(module, {
+      ...captureLog(),
+      runtime: "deno",
+      sandbox: "os",
+      startTimeoutMs: 120_000,
+    });
+    const controller = new AbortController();
+    const call = run.call("ping", [], { signal: controller.signal });
+    // The warm-up runs (the only child: the worker would start after it).
+    await until(() => liveChildren().length > 0, 30_000, "the warm-up starts");
+    const reason = new Error("stop");
+    controller.abort(reason);
+    assert.equal(await call.then(() => undefined, (e: unknown) => e), reason);
+    // The start ended with the abort: nothing waits for the warm-up (10 s per
+    // start) or the worker's start (120 s) any more.
+    await within(run.close(), 5_000, "close() after the abort");
+    await until(
+      () => liveChildren().length === 0,
+      5_000,
+      "the warm-up is killed",
+    );
+  },
+);
