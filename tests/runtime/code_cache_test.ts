@@ -188,6 +188,29 @@ test("pruning keeps the newest caches and never one in use", async () => {
   assert.ok(existsSync(caches[0] as string));
 });
 
+test("pruning removes at most maxRemovals caches, the least recently used first", async () => {
+  using dir = scratchDir("prune-cap");
+  const root = dir.join("airlock-code");
+  const now = Date.now();
+  const HOUR = 60 * 60 * 1000;
+  const names = [1, 2, 3, 4, 5].map((hours) => {
+    const name = hours.toString(16).padStart(32, "0");
+    mkdirSync(join(root, name), { recursive: true });
+    const at = new Date(now - hours * HOUR);
+    utimesSync(join(root, name), at, at);
+    return name;
+  });
+  const removed = await pruneCodeCaches(root, {
+    maxEntries: 1,
+    graceMs: 0,
+    inUse: () => false,
+    now,
+    maxRemovals: 2,
+  });
+  assert.deepEqual(removed, [join(root, names[4]!), join(root, names[3]!)]);
+  assert.deepEqual(readdirSync(root).sort(), names.slice(0, 3));
+});
+
 test("pruning keeps a cache used within the grace period, even beyond the count", async () => {
   using dir = scratchDir("prune-grace");
   const root = dir.join("airlock-code");

@@ -194,6 +194,13 @@ export const CODE_CACHE_MAX_AGE_MS = 30 * 24 * 60 * 60 * 1000;
  */
 export const CODE_CACHE_GRACE_MS = 10 * 60 * 1000;
 
+/**
+ * A process removes at most this many caches (the least recently used
+ * first), so that pruning a cache grown large never holds a short-lived
+ * parent's exit for long; later processes remove the rest.
+ */
+export const CODE_CACHE_MAX_REMOVALS = 32;
+
 /** How often a process refreshes the mark of a cache it keeps using. */
 const TOUCH_EVERY_MS = 60 * 1000;
 
@@ -234,13 +241,16 @@ export interface PruneOptions {
   inUse?: (dir: string) => boolean;
   /** The time to count from (ms since the epoch). Default: now. */
   now?: number;
+  /** Removes at most this many. Default {@linkcode CODE_CACHE_MAX_REMOVALS}. */
+  maxRemovals?: number;
 }
 
 /**
  * Removes the private caches under `root` (`<DENO_DIR>/airlock-code`) that
  * are not in use and either unused for `maxAgeMs`, or beyond the
  * `maxEntries` most recently used (the ones in use count) and unused for
- * `graceMs`. Only directories named like a key are considered; the links
+ * `graceMs`, the least recently used first and at most `maxRemovals`. Only
+ * directories named like a key are considered; the links
  * to Deno's module caches inside are removed, never followed.
  *
  * @param root The directory holding the caches.
@@ -256,6 +266,7 @@ export async function pruneCodeCaches(
   const graceMs = options.graceMs ?? CODE_CACHE_GRACE_MS;
   const inUse = options.inUse ?? ((dir: string) => used.has(dir));
   const now = options.now ?? Date.now();
+  const maxRemovals = options.maxRemovals ?? CODE_CACHE_MAX_REMOVALS;
   let names: string[];
   try {
     names = await readdir(root);
@@ -286,7 +297,10 @@ export async function pruneCodeCaches(
     Number(b.inUse) - Number(a.inUse) || b.usedAt - a.usedAt
   );
   const removed: string[] = [];
-  for (const [index, entry] of entries.entries()) {
+  // The least recently used first, up to maxRemovals.
+  for (let index = entries.length - 1; index >= 0; index--) {
+    if (removed.length >= maxRemovals) break;
+    const entry = entries[index] as (typeof entries)[number];
     const idle = now - entry.usedAt;
     const remove = idle > maxAgeMs || (index >= maxEntries && idle > graceMs);
     // Asked again just before: a start may have taken it meanwhile.
