@@ -287,6 +287,17 @@ export class Connection {
     return readRssBytes(this.pid);
   }
 
+  /**
+   * Whether a call in flight here is a stream that has sent values: it may
+   * hold its slot for long, so nothing should be written ahead behind it.
+   */
+  get streaming(): boolean {
+    for (const call of this.#pending.values()) {
+      if (call.stream !== undefined) return true;
+    }
+    return false;
+  }
+
   /** Whether the worker starts queued calls in arrival order and honours `limit`. */
   get ordered(): boolean {
     return (this.#hello?.version ?? 0) >= LIMIT_MESSAGE_VERSION;

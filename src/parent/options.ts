@@ -407,8 +407,9 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * (`timeoutMs`) start when they start. If the worker crashes, the calls it
    * had not started go back to the queue whatever their op (they never ran).
    * A call written ahead waits for the calls before it on that worker even if
-   * another worker becomes free (a long call or stream holds up to this many
-   * behind it); `0` turns it off. Applies to workers speaking message
+   * another worker becomes free (a long call holds up to this many behind
+   * it; nothing is written ahead behind a stream that has started); `0`
+   * turns it off. Applies to workers speaking message
    * version 3 (the TypeScript and Python workers; see docs/PROTOCOL.md).
    *
    * @default {2}

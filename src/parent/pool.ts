@@ -402,8 +402,9 @@ class PoolCore extends ModeCore {
   #hasRoom(worker: PoolWorker, ahead: boolean): boolean {
     if (worker.retiring || !worker.conn.alive) return false;
     const occupancy = worker.conn.occupancy;
+    // Never written ahead behind a stream: it may hold its slot for long.
     return occupancy < this.limits.concurrency ||
-      (ahead && occupancy < worker.capacity);
+      (ahead && occupancy < worker.capacity && !worker.conn.streaming);
   }
 
   /** The worker with room running the fewest calls, if any. */
