@@ -5,8 +5,11 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   existsSync,
+  lstatSync,
   mkdirSync,
   readdirSync,
+  readlinkSync,
+  rmSync,
   symlinkSync,
   utimesSync,
   writeFileSync,
@@ -14,6 +17,7 @@ import {
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import process from "node:process";
+import { spawn } from "node:child_process";
 import { oneShot, session, WorkerTimeoutError } from "../../mod.ts";
 import {
   captureLog,
@@ -26,6 +30,7 @@ import {
   within,
 } from "../_helpers.ts";
 import {
+  prepareCodeCache,
   pruneCodeCaches,
   USED_MARK,
 } from "../../src/runtime/launch/code_cache.ts";
@@ -255,3 +260,128 @@ test(
     );
   },
 );
+
+/** Starts `count` sessions of `module` at once and calls each (closed after). */
+async function startMany(module: URL, count: number): Promise<string[]> {
+  const started = await Promise.allSettled(
+    Array.from({ length: count }, () =>
+      session<{ ping(): string }>(module, {
+        ...captureLog(),
+        runtime: "deno",
+        sandbox: "os",
+      })),
+  );
+  try {
+    const failed = started.find((result) => result.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
+    return await Promise.all(
+      started.map((result) =>
+        (result as PromiseFulfilledResult<{ ping(): Promise<string> }>).value
+          .ping()
+      ),
+    );
+  } finally {
+    for (const result of started) {
+      if (result.status === "fulfilled") await result.value.close();
+    }
+  }
+}
+
+test(
+  "concurrent starts of a fresh deno module in this process and two others all start (no race on the cache's location_data)",
+  needsSandbox(),
+  async () => {
+    const module = slowModule("race.ts", 0);
+    // Each other parent starts three workers of the same module at once,
+    // when told to (so that the processes' preparations and warm-ups overlap).
+    const script = root.join("race_parent.ts");
+    writeFileSync(
+      script,
+      `import process from "node:process";
+import { session } from ${
+        JSON.stringify(new URL("../../mod.ts", import.meta.url).href)
+      };
+const module = new URL(${JSON.stringify(module.href)});
+await new Promise((resolve) => process.stdin.once("data", resolve));
+const started = await Promise.allSettled([0, 1, 2].map(() =>
+  session(module, { runtime: "deno", sandbox: "os", onStderr: () => {} })
+));
+let code = 0;
+for (const result of started) {
+  if (result.status === "rejected") {
+    console.log(JSON.stringify({ error: String(result.reason?.message ?? result.reason) }));
+    code = 1;
+  } else {
+    console.log(JSON.stringify({ ping: await result.value.ping() }));
+    await result.value.close();
+  }
+}
+process.exit(code);
+`,
+    );
+    const bun = typeof (globalThis as { Bun?: unknown }).Bun === "object";
+    const parents = [0, 1].map(() => {
+      const child = spawn(
+        process.execPath,
+        bun ? [script] : ["run", "-A", "--quiet", script],
+        {
+          stdio: ["pipe", "pipe", "pipe"],
+          env: { ...process.env, NO_COLOR: "1" },
+        },
+      );
+      let out = "";
+      child.stdout.on("data", (data: Uint8Array) => {
+        out += new TextDecoder().decode(data);
+      });
+      child.stderr.on("data", (data: Uint8Array) => {
+        out += new TextDecoder().decode(data);
+      });
+      const exited = new Promise<number | null>((resolve) =>
+        child.on("exit", (code) => resolve(code))
+      );
+      return { child, exited, output: () => out };
+    });
+    try {
+      for (const parent of parents) parent.child.stdin.end("go\n");
+      const [mine, ...codes] = await Promise.all([
+        startMany(module, 4),
+        ...parents.map((parent) => parent.exited),
+      ]);
+      assert.deepEqual(mine, ["pong", "pong", "pong", "pong"]);
+      parents.forEach((parent, index) => {
+        assert.equal(codes[index], 0, parent.output());
+        assert.equal(
+          parent.output().trim().split("\n").filter((line) =>
+            line === '{"ping":"pong"}'
+          ).length,
+          3,
+          parent.output(),
+        );
+      });
+    } finally {
+      for (const parent of parents) parent.child.kill("SIGKILL");
+      await Promise.all(parents.map((parent) => parent.exited));
+    }
+  },
+);
+
+test("preparing a cache never removes its web storage directory, repairs what is wrong and leaves nothing beside", () => {
+  const parent = root.join("prepare-deno");
+  const dir = join(parent, "airlock-code", "0".repeat(32));
+  prepareCodeCache(dir, parent);
+  const location = join(dir, "location_data");
+  // What another start's bubblewrap may have mounted over meanwhile: it stays.
+  writeFileSync(join(location, "kept"), "");
+  prepareCodeCache(dir, parent);
+  assert.ok(existsSync(join(location, "kept")));
+  // A file in its place and a link to elsewhere: repaired.
+  rmSync(location, { recursive: true });
+  writeFileSync(location, "");
+  rmSync(join(dir, "remote"));
+  symlinkSync("/", join(dir, "remote"));
+  prepareCodeCache(dir, parent);
+  assert.ok(lstatSync(location).isDirectory());
+  assert.equal(readlinkSync(join(dir, "remote")), join(parent, "remote"));
+  assert.equal(readlinkSync(join(dir, "npm")), join(parent, "npm"));
+  assert.deepEqual(readdirSync(dir).sort(), ["location_data", "npm", "remote"]);
+});

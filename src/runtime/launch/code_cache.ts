@@ -32,9 +32,11 @@ import {
   lstat,
   lstatSync,
   mkdirSync,
+  process,
   readdir,
   readdirSync,
   readlinkSync,
+  renameSync,
   rm,
   rmSync,
   symlinkSync,
@@ -104,44 +106,75 @@ export function codeCacheDir(parentDenoDir: string, key: CodeCacheKey): string {
   return join(parentDenoDir, CODE_CACHE_DIR, hash);
 }
 
+/** Where `path` links to, `"(not a link)"`, or `undefined` when missing. */
+function linkOf(path: string): string | undefined {
+  try {
+    return lstatSync(path).isSymbolicLink()
+      ? readlinkSync(path)
+      : "(not a link)";
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `path` is a directory (not a link to one). */
+function isDirectory(path: string): boolean {
+  try {
+    return lstatSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
 /**
  * Creates (or repairs) a private cache directory: mode 0700, with `remote`
  * and `npm` linked to the parent's module caches, and an empty web storage
  * directory (bubblewrap mounts a private tmpfs over it, which needs it to
  * exist in the read-only cache; it must never hold anything).
  *
+ * Safe against concurrent starts of the same module, in this process or
+ * others: nothing that is already right is removed (the web storage
+ * directory, once a directory, never is: another start's bubblewrap may be
+ * about to mount its tmpfs there), a link is made beside its place and
+ * renamed over it, and what another process made meanwhile counts as done.
+ *
  * @param dir The directory, from {@linkcode codeCacheDir}.
  * @param parentDenoDir The parent's Deno cache directory.
+ * @throws When the directory cannot be made right.
  */
 export function prepareCodeCache(dir: string, parentDenoDir: string): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   for (const name of SHARED) {
     const link = join(dir, name);
     const target = join(parentDenoDir, name);
-    let current: string | undefined;
-    try {
-      current = lstatSync(link).isSymbolicLink()
-        ? readlinkSync(link)
-        : "(not a link)";
-    } catch {
-      current = undefined;
-    }
+    const current = linkOf(link);
     if (current === target) continue;
-    if (current !== undefined) rmSync(link, { recursive: true, force: true });
-    symlinkSync(target, link);
+    // A directory or file in its place (never made by airlock): removed.
+    if (current === "(not a link)") {
+      rmSync(link, { recursive: true, force: true });
+    }
+    const temporary = `${link}.${crypto.randomUUID()}`;
+    symlinkSync(target, temporary);
+    try {
+      renameSync(temporary, link);
+    } catch (error) {
+      rmSync(temporary, { force: true });
+      if (linkOf(link) !== target) throw error;
+    }
   }
   const location = join(dir, LOCATION_DATA);
-  let directory = false;
+  if (isDirectory(location)) return;
+  // A file or a link in its place: removed (not recursively: a directory
+  // another start made meanwhile stays).
   try {
-    directory = lstatSync(location).isDirectory();
+    rmSync(location, { force: true });
   } catch {
-    directory = false;
+    // Made a directory meanwhile.
   }
-  // Never removed while it is a directory: a running worker's bubblewrap
-  // may have its tmpfs mounted there.
-  if (!directory) {
-    rmSync(location, { recursive: true, force: true });
+  try {
     mkdirSync(location, { mode: 0o700 });
+  } catch (error) {
+    if (!isDirectory(location)) throw error;
   }
 }
 
@@ -305,6 +338,15 @@ export async function pruneCodeCaches(
     const remove = idle > maxAgeMs || (index >= maxEntries && idle > graceMs);
     // Asked again just before: a start may have taken it meanwhile.
     if (!remove || entry.inUse || inUse(entry.dir)) continue;
+    // And its mark read again: another process may have started using it
+    // since it was read (it touches the mark before its first start).
+    try {
+      if ((await lstat(join(entry.dir, USED_MARK))).mtimeMs > entry.usedAt) {
+        continue;
+      }
+    } catch {
+      // No mark: as read before.
+    }
     try {
       await rm(entry.dir, { recursive: true, force: true });
       removed.push(entry.dir);
