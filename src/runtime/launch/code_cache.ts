@@ -32,7 +32,6 @@ import {
   lstat,
   lstatSync,
   mkdirSync,
-  process,
   readdir,
   readdirSync,
   readlinkSync,
