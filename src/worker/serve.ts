@@ -19,15 +19,12 @@ import {
   MESSAGE_VERSION,
   PROGRESS_INTERVAL_MS,
 } from "../protocol/messages.ts";
-import { FRAME_HEADER_BYTES } from "../protocol/frame.ts";
+import {
+  DEFAULT_MAX_FRAME_BYTES,
+  FRAME_HEADER_BYTES,
+} from "../protocol/frame.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import type { CallContext, WorkerDefinition } from "./define_worker.ts";
-
-/** Options of {@linkcode serve}. */
-export interface ServeOptions {
-  /** Largest frame accepted from the parent. */
-  maxFrameBytes?: number;
-}
 
 function shutdownError(op: string): Error {
   const error = new Error(
@@ -135,13 +132,11 @@ class Context implements CallContext {
  *
  * @param definition What to serve.
  * @param adapter The runtime's adapter.
- * @param options Frame size cap.
  * @returns Never: the process exits.
  */
 export async function serve(
   definition: WorkerDefinition,
   adapter: RuntimeAdapter,
-  options: ServeOptions = {},
 ): Promise<never> {
   const stdio = adapter.workerStdio();
   const handlers = definition.handlers as Record<
@@ -503,8 +498,11 @@ export async function serve(
     }
   };
 
+  // The protocol's bound on what the worker reads (frames from the parent,
+  // which it trusts), as the Python worker has it; the parent's
+  // `maxFrameBytes` option bounds what the parent reads from the worker.
   const reader = new FrameReader({
-    ...(options.maxFrameBytes ? { maxFrameBytes: options.maxFrameBytes } : {}),
+    maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
     onFrame: (frame) => handle(decodeMessage(frame)),
     onStray: (bytes) => {
       adapter.writeStderr(

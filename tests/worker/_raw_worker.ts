@@ -41,6 +41,8 @@ export interface RawWorker extends AsyncDisposable {
   readonly exited: Promise<RawExit>;
   /** Writes one message as a frame. */
   send(message: Message): Promise<void>;
+  /** Writes raw bytes (after the messages sent before). */
+  sendBytes(bytes: Uint8Array): Promise<void>;
   /**
    * Waits for the next message matching `match` not yet taken.
    *
@@ -214,6 +216,10 @@ export function spawnRawWorker(
       writes = writes.then(async () => {
         for (const chunk of chunks) await child.write(chunk);
       });
+      return writes;
+    },
+    sendBytes(bytes) {
+      writes = writes.then(() => child.write(bytes));
       return writes;
     },
     async next(match, ms = 30_000) {

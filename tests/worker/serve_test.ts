@@ -6,6 +6,11 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 
 import { type Message, MESSAGE_VERSION } from "../../src/protocol/messages.ts";
+import {
+  DEFAULT_MAX_FRAME_BYTES,
+  FRAME_HEADER_BYTES,
+  writeFrameHeader,
+} from "../../src/protocol/frame.ts";
 import { checkNoLeaks, RUNTIME, within } from "../_helpers.ts";
 import { difference, valueArb } from "../protocol/_arbitraries.ts";
 import { spawnRawWorker } from "./_raw_worker.ts";
@@ -249,5 +254,24 @@ describe("serve() in a real worker process", () => {
     assert.deepEqual(exit, { code: 0, signal: null });
     assert.equal(worker.stray(), "");
     assert.equal(worker.stderr(), "");
+  });
+
+  test("serve() refuses a frame from the parent larger than the protocol's DEFAULT_MAX_FRAME_BYTES before allocating it, and exits 2", async () => {
+    await using worker = spawnRawWorker(fixture);
+    await worker.next(isHello);
+    // A header claiming one byte more than the bound, and nothing after it.
+    const header = new Uint8Array(FRAME_HEADER_BYTES);
+    writeFrameHeader(header, 1, DEFAULT_MAX_FRAME_BYTES);
+    await worker.sendBytes(header);
+    const exit = await within(
+      worker.exited,
+      10_000,
+      "exit on an oversize frame",
+    );
+    assert.deepEqual(exit, { code: 2, signal: null });
+    assert.match(
+      worker.stderr(),
+      new RegExp(`exceeds maxFrameBytes ${DEFAULT_MAX_FRAME_BYTES}`),
+    );
   });
 });
