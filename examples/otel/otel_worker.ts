@@ -20,10 +20,7 @@ import {
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
 // In your project: `import { defineWorker } from "@airlock/airlock/worker"`.
-// Inside this repository the example imports it from airlock's src folder:
-// under Landlock alone, Bun cannot list the repository's root to resolve its
-// worker.ts, which the sandbox grants as a single file.
-import { defineWorker } from "../../src/worker/define_worker.ts";
+import { defineWorker } from "../../worker.ts";
 
 const exporter = new InMemorySpanExporter();
 const provider = new BasicTracerProvider({
