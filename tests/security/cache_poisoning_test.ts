@@ -25,6 +25,7 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from "node:fs";
 import { dirname, join } from "node:path";
@@ -259,5 +260,82 @@ export default defineWorker({ wrote: () => wrote });
     );
     assert.equal(mine.length, 1, `caches holding ${module}`);
     assert.ok(existsSync(join(caches, mine[0] as string, "airlock-warmed")));
+  });
+});
+
+/** Reads the worker's own DENO_DIR (its runtime's environment) through ffi. */
+const OWN_DENO_DIR = `const libc = Deno.dlopen("libc.so.6", {
+  open: { parameters: ["buffer", "i32", "i32"], result: "i32" },
+  read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  close: { parameters: ["i32"], result: "i32" },
+});
+const environ = new Uint8Array(65536);
+const efd = libc.symbols.open(new TextEncoder().encode("/proc/self/environ\\0"), 0, 0);
+const n = Number(libc.symbols.read(efd, environ, 65536n));
+libc.symbols.close(efd);
+return /DENO_DIR=([^\\0]*)/.exec(new TextDecoder().decode(environ.subarray(0, n)))?.[1] ?? "none";`;
+
+// Last in this file: once a worker of this process may write the cache, no
+// later worker of it uses the cache.
+describe("the Deno code cache and a worker's write grant", {
+  skip: sandboxSkip(),
+}, () => {
+  test("a deno worker granted write on an ancestor of the code cache (~/.cache) plants nothing a later deno worker of this process finds", async () => {
+    const options = {
+      ...captureLog(),
+      runtime: "deno" as const,
+      permissions: { ffi: true },
+    };
+    // The cache the workers of this module use until then.
+    let shared: string;
+    {
+      await using first = await session<typeof evaluate>(worker, options);
+      const dir = await first.run(OWN_DENO_DIR);
+      assert.equal(dir.ok, true);
+      shared = String((dir as { value: unknown }).value);
+      assert.match(shared, /\/airlock-code\/[0-9a-f]{32}$/);
+    }
+    // The directory holding the parent's DENO_DIR (~/.cache by default).
+    const ancestor = dirname(denoDir());
+    assert.ok(shared.startsWith(`${ancestor}/`), shared);
+    const planted = join(shared, "left-by-an-earlier-worker");
+    // Removed at the end: the test cache is shared with other test files.
+    using _cleanup = {
+      [Symbol.dispose]: () => rmSync(planted, { force: true }),
+    };
+    {
+      // Granted write on the cache's ancestor: its grant covers the cache,
+      // and it writes there (the grant is honoured).
+      await using planter = await session<typeof evaluate>(worker, {
+        ...captureLog(),
+        runtime: "deno",
+        permissions: { write: [ancestor], ffi: true },
+      });
+      const own = await planter.run(OWN_DENO_DIR);
+      assert.equal(own.ok, true);
+      // It does not run from the shared cache itself.
+      assert.notEqual((own as { value: unknown }).value, shared);
+      assert.deepEqual(
+        await planter.run(
+          `fs.writeFileSync(arg, "planted"); return "written";`,
+          planted,
+        ),
+        { ok: true, value: "written" },
+      );
+    }
+    // A later worker with other grants: not from the cache the planter could
+    // write, so it finds nothing of the planter's.
+    await using victim = await session<typeof evaluate>(worker, {
+      ...captureLog(),
+      runtime: "deno",
+      permissions: { read: [secrets], ffi: true },
+    });
+    const dir = await victim.run(OWN_DENO_DIR);
+    assert.equal(dir.ok, true);
+    assert.notEqual((dir as { value: unknown }).value, shared);
+    assert.deepEqual(await victim.run(FFI_WRITE, "read"), {
+      ok: true,
+      value: "nothing",
+    });
   });
 });

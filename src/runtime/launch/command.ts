@@ -19,6 +19,7 @@ import {
   process,
   readFileSync,
   realpathSync,
+  relative,
   statSync,
 } from "../node_builtins.ts";
 import { PermissionError, WorkerStartError } from "../../errors.ts";
@@ -299,6 +300,26 @@ function commandMounts(program: string, args: readonly string[]): string[] {
  */
 export type CodeCacheMode = "read-only" | "warm-up";
 
+/** Whether a worker of this process may write everywhere (`write: true`). */
+let writerEverywhere = false;
+
+/** Whether a write grant of a worker of this process covers `dir` (or its real path). */
+function cacheWritableByWorker(dir: string): boolean {
+  if (writableByWorker(dir) !== undefined) return true;
+  // Its nearest existing ancestor, resolved: a grant may name a link to it.
+  let path = dir;
+  while (true) {
+    try {
+      return writableByWorker(join(realpathSync(path), relative(path, dir))) !==
+        undefined;
+    } catch {
+      const up = dirname(path);
+      if (up === path) return false;
+      path = up;
+    }
+  }
+}
+
 /**
  * Gives a sandboxed Deno worker its private code cache as `DENO_DIR` (see
  * code_cache.ts): read-only (the parent warms it first: launch/warm_up.ts);
@@ -326,6 +347,11 @@ function useCodeCache(
     entry: workerEntryUrl().href,
     config: input.config,
   });
+  // A worker of this process that may write the cache (a grant covering it:
+  // DENO_DIR, ~/.cache, $HOME, or everywhere) could plant code there that
+  // later workers run with their own grants: then no worker of this process
+  // uses it (none warms or marks it either), as for the Bun bundle.
+  if (writerEverywhere || cacheWritableByWorker(dir)) return undefined;
   try {
     prepareCodeCache(dir, parentDenoDir);
   } catch {
@@ -612,6 +638,8 @@ export function buildWorkerCommand(
   const permissions = input.permissions;
   if (!permissions.all && permissions.write !== true) {
     recordWorkerWritable(permissions.write);
+  } else {
+    writerEverywhere = true;
   }
   const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
   const local = input.launcher.length === 0;
