@@ -3,7 +3,6 @@ import assert from "node:assert/strict";
 import { chmodSync, realpathSync, writeFileSync } from "node:fs";
 import { bwrapUsable } from "../../src/runtime/confine/bwrap_usable.ts";
 import { landlockBestEffort } from "../../src/runtime/confine/wrapper.ts";
-import { sandboxDecision } from "../../src/runtime/launch/policy.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { checkNoLeaks, hasTool, needs, scratchDir } from "../_helpers.ts";
 
@@ -32,65 +31,6 @@ describe("bwrapUsable()", () => {
     assert.deepEqual(bwrapUsable(realpathSync(found)), {
       usable: true,
     });
-  });
-});
-
-describe("sandboxDecision() with Landlock", () => {
-  const base = {
-    runtime: "bun" as const,
-    sandbox: "auto" as const,
-    permissions: resolvePermissions({ read: ["/data"] }, "/app"),
-    platform: "linux",
-  };
-
-  test("sandboxDecision() uses the sandbox where only Landlock can confine alone", () => {
-    const decision = sandboxDecision({
-      ...base,
-      bwrap: undefined,
-      landlock: { alone: true, reason: "" },
-    });
-    assert.ok("use" in decision && decision.use);
-  });
-
-  test("sandboxDecision() fails closed naming both backends when neither can confine", () => {
-    const decision = sandboxDecision({
-      ...base,
-      bwrap: undefined,
-      bwrapUnusable: "bwrap: No permissions to create new namespace",
-      landlock: {
-        alone: false,
-        reason: "the kernel's Landlock ABI 5 lacks signal scoping (ABI 6)",
-      },
-    });
-    assert.ok("error" in decision);
-    assert.equal(decision.permission, "permissions");
-    assert.match(
-      decision.error,
-      /bwrap: No permissions to create new namespace/,
-    );
-    assert.match(
-      decision.error,
-      /Landlock ABI 5 lacks signal scoping \(ABI 6\)/,
-    );
-    const os = sandboxDecision({
-      ...base,
-      sandbox: "os",
-      bwrap: undefined,
-      landlock: { alone: false, reason: "the kernel has no Landlock" },
-    });
-    assert.ok("error" in os && os.permission === "sandbox");
-    assert.match(os.error, /the kernel has no Landlock/);
-  });
-
-  test("sandboxDecision() names a command worker as such", () => {
-    const decision = sandboxDecision({
-      ...base,
-      runtime: "command",
-      bwrap: undefined,
-      landlock: { alone: false, reason: "the kernel has no Landlock" },
-    });
-    assert.ok("error" in decision);
-    assert.match(decision.error, /^A command worker has no permission model/);
   });
 });
 

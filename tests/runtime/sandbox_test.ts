@@ -418,200 +418,224 @@ describe("sandboxDecision()", () => {
   const linux = { bwrap: "/usr/bin/bwrap", platform: "linux" };
   const noBwrap = { bwrap: undefined, platform: "linux" };
   const mac = { bwrap: undefined, platform: "darwin" };
+  const landlockAlone = { ...noBwrap, landlock: { alone: true, reason: "" } };
+  const neither = {
+    ...noBwrap,
+    bwrapUnusable: "bwrap: No permissions to create new namespace",
+    landlock: {
+      alone: false,
+      reason: "the kernel's Landlock ABI 5 lacks signal scoping (ABI 6)",
+    },
+  };
+  const noLandlock = {
+    ...noBwrap,
+    landlock: { alone: false, reason: "the kernel has no Landlock" },
+  };
 
-  function decide(options: SandboxDecisionOptions): string {
-    const decision = sandboxDecision(options);
-    return "error" in decision
-      ? `error:${decision.permission}`
-      : `use:${decision.use}`;
+  /** One case: the inputs, the decision, and what its error must (not) say. */
+  interface Case {
+    options: SandboxDecisionOptions;
+    expect: "use:true" | "use:false" | "error:permissions" | "error:sandbox";
+    says?: RegExp[];
+    saysNot?: RegExp[];
   }
-
-  test("sandboxDecision() auto on Deno uses the sandbox wherever it is available, whatever is granted", () => {
-    for (const permissions of [nothing, readOnly, ffi, run]) {
-      assert.equal(
-        decide({ runtime: "deno", sandbox: "auto", permissions, ...linux }),
-        "use:true",
-      );
-    }
-  });
-
-  test("sandboxDecision() auto on Deno runs without the sandbox where it is missing", () => {
-    assert.equal(
-      decide({
-        runtime: "deno",
-        sandbox: "auto",
-        permissions: ffi,
-        ...noBwrap,
-      }),
-      "use:false",
-    );
-    assert.equal(
-      decide({ runtime: "deno", sandbox: "auto", permissions: ffi, ...mac }),
-      "use:false",
-    );
-  });
-
-  test("sandboxDecision() auto on Bun always uses the sandbox when bwrap is present", () => {
-    assert.equal(
-      decide({
-        runtime: "bun",
-        sandbox: "auto",
-        permissions: nothing,
-        ...linux,
-      }),
-      "use:true",
-    );
-    assert.equal(
-      decide({
-        runtime: "bun",
-        sandbox: "auto",
-        permissions: readOnly,
-        ...linux,
-      }),
-      "use:true",
-    );
-  });
-
-  test("sandboxDecision() Bun without a sandbox is an error unless best-effort or all", () => {
-    for (const where of [noBwrap, mac]) {
-      assert.equal(
-        decide({
-          runtime: "bun",
+  const deno = "deno" as const;
+  const bun = "bun" as const;
+  const command = "command" as const;
+  const cases: Case[] = [
+    // auto on Deno: the sandbox wherever it is available, whatever is granted.
+    ...[nothing, readOnly, ffi, run].map((permissions): Case => ({
+      options: { runtime: deno, sandbox: "auto", permissions, ...linux },
+      expect: "use:true",
+    })),
+    // auto on Deno where it is missing: Deno's own permissions.
+    ...[noBwrap, mac].map((where): Case => ({
+      options: { runtime: deno, sandbox: "auto", permissions: ffi, ...where },
+      expect: "use:false",
+    })),
+    // auto on Bun: always the sandbox where bwrap is.
+    ...[nothing, readOnly].map((permissions): Case => ({
+      options: { runtime: bun, sandbox: "auto", permissions, ...linux },
+      expect: "use:true",
+    })),
+    // Bun without a sandbox: an error unless best-effort or all.
+    ...[noBwrap, mac].flatMap((where): Case[] => [
+      {
+        options: {
+          runtime: bun,
           sandbox: "auto",
           permissions: nothing,
           ...where,
-        }),
-        "error:permissions",
-      );
-      assert.equal(
-        decide({
-          runtime: "bun",
+        },
+        expect: "error:permissions",
+        // It says how to fix it.
+        says: [/best-effort/, /"all"/],
+        saysNot: [/\.$/],
+      },
+      {
+        options: {
+          runtime: bun,
           sandbox: "auto",
           permissions: readOnly,
           ...where,
-        }),
-        "error:permissions",
-      );
-      assert.equal(
-        decide({
-          runtime: "bun",
+        },
+        expect: "error:permissions",
+      },
+      {
+        options: {
+          runtime: bun,
           sandbox: "auto",
           permissions: bestEffort,
           ...where,
-        }),
-        "use:false",
-      );
-      assert.equal(
-        decide({ runtime: "bun", sandbox: "auto", permissions: all, ...where }),
-        "use:false",
-      );
-    }
-    assert.equal(
-      decide({
-        runtime: "bun",
+        },
+        expect: "use:false",
+      },
+      {
+        options: { runtime: bun, sandbox: "auto", permissions: all, ...where },
+        expect: "use:false",
+      },
+    ]),
+    {
+      options: {
+        runtime: bun,
         sandbox: "none",
         permissions: nothing,
         ...linux,
-      }),
-      "error:permissions",
-    );
-    assert.equal(
-      decide({
-        runtime: "bun",
+      },
+      expect: "error:permissions",
+    },
+    {
+      options: {
+        runtime: bun,
         sandbox: "none",
         permissions: bestEffort,
         ...linux,
-      }),
-      "use:false",
-    );
-  });
-
-  test('sandboxDecision() "os" uses the sandbox or fails clearly', () => {
-    assert.equal(
-      decide({
-        runtime: "deno",
-        sandbox: "os",
-        permissions: nothing,
-        ...linux,
-      }),
-      "use:true",
-    );
-    assert.equal(
-      decide({
-        runtime: "bun",
+      },
+      expect: "use:false",
+    },
+    // "os": the sandbox, or an error saying what is missing.
+    {
+      options: { runtime: deno, sandbox: "os", permissions: nothing, ...linux },
+      expect: "use:true",
+    },
+    {
+      options: {
+        runtime: bun,
         sandbox: "os",
         permissions: bestEffort,
         ...linux,
-      }),
-      "use:true",
-    );
-    assert.equal(
-      decide({
-        runtime: "deno",
+      },
+      expect: "use:true",
+    },
+    {
+      options: {
+        runtime: deno,
         sandbox: "os",
         permissions: nothing,
         ...noBwrap,
-      }),
-      "error:sandbox",
-    );
-    assert.equal(
-      decide({
-        runtime: "bun",
+      },
+      expect: "error:sandbox",
+      says: [/bwrap/],
+    },
+    {
+      options: { runtime: bun, sandbox: "os", permissions: bestEffort, ...mac },
+      expect: "error:sandbox",
+    },
+    {
+      options: { runtime: deno, sandbox: "os", permissions: nothing, ...mac },
+      expect: "error:sandbox",
+      says: [/"darwin"/],
+    },
+    // "none" never sandboxes Deno.
+    {
+      options: { runtime: deno, sandbox: "none", permissions: ffi, ...linux },
+      expect: "use:false",
+    },
+    // permissions "all" needs no sandbox and contradicts "os".
+    {
+      options: { runtime: deno, sandbox: "auto", permissions: all, ...linux },
+      expect: "use:false",
+    },
+    {
+      options: { runtime: bun, sandbox: "auto", permissions: all, ...linux },
+      expect: "use:false",
+    },
+    {
+      options: { runtime: deno, sandbox: "os", permissions: all, ...linux },
+      expect: "error:sandbox",
+    },
+    // Landlock: the sandbox where it can confine alone.
+    {
+      options: {
+        runtime: bun,
+        sandbox: "auto",
+        permissions: readOnly,
+        ...landlockAlone,
+      },
+      expect: "use:true",
+    },
+    // Neither backend: fails closed naming both.
+    {
+      options: {
+        runtime: bun,
+        sandbox: "auto",
+        permissions: readOnly,
+        ...neither,
+      },
+      expect: "error:permissions",
+      says: [
+        /bwrap: No permissions to create new namespace/,
+        /Landlock ABI 5 lacks signal scoping \(ABI 6\)/,
+      ],
+    },
+    {
+      options: {
+        runtime: bun,
         sandbox: "os",
-        permissions: bestEffort,
-        ...mac,
-      }),
-      "error:sandbox",
-    );
-    const decision = sandboxDecision({
-      runtime: "deno",
-      sandbox: "os",
-      permissions: nothing,
-      ...mac,
-    });
-    assert.ok("error" in decision && decision.error.includes('"darwin"'));
-    const missing = sandboxDecision({
-      runtime: "deno",
-      sandbox: "os",
-      permissions: nothing,
-      ...noBwrap,
-    });
-    assert.ok("error" in missing && missing.error.includes("bwrap"));
-  });
+        permissions: readOnly,
+        ...noLandlock,
+      },
+      expect: "error:sandbox",
+      says: [/the kernel has no Landlock/],
+    },
+    // A command worker is named as such.
+    {
+      options: {
+        runtime: command,
+        sandbox: "auto",
+        permissions: readOnly,
+        ...noLandlock,
+      },
+      expect: "error:permissions",
+      says: [/^A command worker has no permission model/],
+    },
+  ];
 
-  test('sandboxDecision() "none" never uses the sandbox on Deno', () => {
-    assert.equal(
-      decide({ runtime: "deno", sandbox: "none", permissions: ffi, ...linux }),
-      "use:false",
-    );
-  });
-
-  test('sandboxDecision() permissions "all" needs no sandbox and contradicts "os"', () => {
-    assert.equal(
-      decide({ runtime: "deno", sandbox: "auto", permissions: all, ...linux }),
-      "use:false",
-    );
-    assert.equal(
-      decide({ runtime: "bun", sandbox: "auto", permissions: all, ...linux }),
-      "use:false",
-    );
-    assert.equal(
-      decide({ runtime: "deno", sandbox: "os", permissions: all, ...linux }),
-      "error:sandbox",
-    );
-  });
-
-  test("sandboxDecision() explains how to fix a Bun worker without a sandbox", () => {
-    const decision = sandboxDecision({
-      runtime: "bun",
-      sandbox: "auto",
-      permissions: nothing,
-      ...mac,
-    });
-    assert.ok("error" in decision);
-    assert.match(decision.error, /best-effort/);
-    assert.match(decision.error, /"all"/);
-    assert.doesNotMatch(decision.error, /\.$/);
+  test("sandboxDecision() decides every case of the table: runtime, sandbox, permissions and machine -> sandbox used or the error", () => {
+    for (const { options, expect, says = [], saysNot = [] } of cases) {
+      const where = JSON.stringify({
+        runtime: options.runtime,
+        sandbox: options.sandbox,
+        permissions: options.permissions,
+        bwrap: options.bwrap ?? null,
+        platform: options.platform,
+        landlock: options.landlock ?? null,
+        bwrapUnusable: options.bwrapUnusable ?? null,
+      });
+      const decision = sandboxDecision(options);
+      const got = "error" in decision
+        ? `error:${decision.permission}`
+        : `use:${decision.use}`;
+      assert.equal(got, expect, where);
+      for (const pattern of says) {
+        assert.ok("error" in decision, where);
+        assert.match(decision.error, pattern, where);
+      }
+      for (const pattern of saysNot) {
+        assert.ok("error" in decision, where);
+        assert.doesNotMatch(decision.error, pattern, where);
+      }
+    }
   });
 });
 
