@@ -146,6 +146,8 @@ export async function serve(
   const ops = Object.keys(handlers);
   /** Calls run at once: the definition's, or less if the parent limits it. */
   let concurrency = definition.concurrency;
+  /** Whether the parent sent `limit` (it writes calls ahead). */
+  let limited = false;
   /**
    * The calls running, with their abort controllers. A controller is made
    * when the handler first reads `this.signal` or a cancel arrives: most
@@ -333,12 +335,22 @@ export async function serve(
     }
   };
 
-  /** Ends a call: frees its slot and starts the next waiting call. */
-  const release = (id: number): void => {
-    running.delete(id);
-    const next = waiting.shift();
-    if (next) run(next);
-    else checkDrained();
+  /**
+   * Ends a call: frees its slot and starts the next waiting call. Under
+   * `limit` the slot frees only once the answer is written (`sent`): the
+   * parent counts a call written ahead as never started while an answer
+   * before it is missing, so a worker killed with the answer still in its
+   * writer must not have started the next one.
+   */
+  const release = (id: number, sent: Promise<void>): void => {
+    const free = (): void => {
+      running.delete(id);
+      const next = waiting.shift();
+      if (next) run(next);
+      else checkDrained();
+    };
+    if (limited) sent.then(free);
+    else free();
   };
 
   /** Answers a call with its handler's value (a stream: its values, then `end`). */
@@ -347,23 +359,19 @@ export async function serve(
     if (iterator) {
       pump(call, state, iterator).then(() => {
         flushProgress(call.id, state);
-        void send({ type: "end", id: call.id });
-        release(call.id);
+        release(call.id, send({ type: "end", id: call.id }));
       }, (error: unknown) => fail(call, state, error));
       return;
     }
     flushProgress(call.id, state);
-    // Written in order after anything sent before: the slot is free once
-    // the answer is queued (send() never rejects).
-    void send({ type: "result", id: call.id, value });
-    release(call.id);
+    // Written in order after anything sent before (send() never rejects).
+    release(call.id, send({ type: "result", id: call.id, value }));
   };
 
   /** Answers a call with what its handler threw (or rejected with). */
   const fail = (call: CallMessage, state: Running, error: unknown): void => {
     flushProgress(call.id, state);
-    void send({ type: "error", id: call.id, error });
-    release(call.id);
+    release(call.id, send({ type: "error", id: call.id, error }));
   };
 
   /**
@@ -479,6 +487,7 @@ export async function serve(
         // Queued calls start in arrival order as slots free up: the parent
         // knows from this which calls it wrote ahead had not started.
         concurrency = Math.min(definition.concurrency, message.concurrency);
+        limited = true;
         return;
       case "shutdown":
         if (shuttingDown) return;
