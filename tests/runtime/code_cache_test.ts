@@ -385,3 +385,76 @@ test("preparing a cache never removes its web storage directory, repairs what is
   assert.equal(readlinkSync(join(dir, "npm")), join(parent, "npm"));
   assert.deepEqual(readdirSync(dir).sort(), ["location_data", "npm", "remote"]);
 });
+
+test("processes preparing the same fresh caches at once never fail nor remove what another made", async () => {
+  const parent = root.join("prepare-race-deno");
+  const base = join(parent, "airlock-code");
+  const script = root.join("prepare_race.ts");
+  writeFileSync(
+    script,
+    `import process from "node:process";
+import { lstatSync } from "node:fs";
+import { join } from "node:path";
+import { prepareCodeCache } from ${
+      JSON.stringify(
+        new URL("../../src/runtime/launch/code_cache.ts", import.meta.url).href,
+      )
+    };
+console.log("ready");
+await new Promise((resolve) => process.stdin.once("data", resolve));
+const failures = [];
+for (let i = 0; i < 300; i++) {
+  const dir = join(${JSON.stringify(base)}, i.toString(16).padStart(32, "0"));
+  try {
+    prepareCodeCache(dir, ${JSON.stringify(parent)});
+    if (!lstatSync(join(dir, "location_data")).isDirectory()) {
+      failures.push(i + ": location_data not a directory");
+    }
+  } catch (error) {
+    failures.push(i + ": " + String(error?.message ?? error));
+  }
+}
+console.log(JSON.stringify(failures.slice(0, 5)));
+process.exit(0);
+`,
+  );
+  const bun = typeof (globalThis as { Bun?: unknown }).Bun === "object";
+  const children = [0, 1, 2].map(() => {
+    const child = spawn(
+      process.execPath,
+      bun ? [script] : ["run", "-A", "--quiet", script],
+      {
+        stdio: ["pipe", "pipe", "pipe"],
+        env: { ...process.env, NO_COLOR: "1" },
+      },
+    );
+    let out = "";
+    child.stdout.on("data", (data: Uint8Array) => {
+      out += new TextDecoder().decode(data);
+    });
+    child.stderr.on("data", (data: Uint8Array) => {
+      out += new TextDecoder().decode(data);
+    });
+    const exited = new Promise<number | null>((resolve) =>
+      child.on("exit", (code) => resolve(code))
+    );
+    return { child, exited, output: () => out };
+  });
+  try {
+    // Each waits until all are loaded, then they prepare the same 300 caches.
+    await until(
+      () => children.every((c) => c.output().startsWith("ready\n")),
+      60_000,
+      "the three processes ready",
+    );
+    for (const c of children) c.child.stdin.end("go\n");
+    const codes = await Promise.all(children.map((c) => c.exited));
+    children.forEach((c, index) => {
+      assert.equal(codes[index], 0, c.output());
+      assert.equal(c.output(), "ready\n[]\n");
+    });
+  } finally {
+    for (const c of children) c.child.kill("SIGKILL");
+    await Promise.all(children.map((c) => c.exited));
+  }
+});
