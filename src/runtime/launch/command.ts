@@ -300,9 +300,6 @@ function commandMounts(program: string, args: readonly string[]): string[] {
  */
 export type CodeCacheMode = "read-only" | "warm-up";
 
-/** Whether a worker of this process may write everywhere (`write: true`). */
-let writerEverywhere = false;
-
 /** Whether a write grant of a worker of this process covers `dir` (or its real path). */
 function cacheWritableByWorker(dir: string): boolean {
   if (writableByWorker(dir) !== undefined) return true;
@@ -347,11 +344,13 @@ function useCodeCache(
     entry: workerEntryUrl().href,
     config: input.config,
   });
-  // A worker of this process that may write the cache (a grant covering it:
-  // DENO_DIR, ~/.cache, $HOME, or everywhere) could plant code there that
-  // later workers run with their own grants: then no worker of this process
-  // uses it (none warms or marks it either), as for the Bun bundle.
-  if (writerEverywhere || cacheWritableByWorker(dir)) return undefined;
+  // A worker of this process granted write on the cache (a grant covering
+  // it: DENO_DIR, ~/.cache, $HOME) could plant code there that later workers
+  // run with their own grants: then no worker of this process uses it (none
+  // warms or marks it either), as for the Bun bundle. (A worker that may
+  // write everywhere, `write: true` or "all", may as well rewrite the worker
+  // modules and airlock itself: it is trusted as the parent is.)
+  if (cacheWritableByWorker(dir)) return undefined;
   try {
     prepareCodeCache(dir, parentDenoDir);
   } catch {
@@ -638,8 +637,6 @@ export function buildWorkerCommand(
   const permissions = input.permissions;
   if (!permissions.all && permissions.write !== true) {
     recordWorkerWritable(permissions.write);
-  } else {
-    writerEverywhere = true;
   }
   const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
   const local = input.launcher.length === 0;
