@@ -50,7 +50,11 @@ export const ATTACHMENT_THRESHOLD_BYTES = 65536;
 
 /** A value encoded for the wire: the CBOR head and the attachment area. */
 export interface EncodedValue {
-  /** The CBOR bytes of the value: a fresh copy the caller may keep. */
+  /**
+   * The CBOR bytes of the value, which no later encode overwrites: the caller
+   * may keep them. A small head is a view into a shared buffer (its
+   * `byteOffset` is not 0), a larger one a copy of its own.
+   */
   head: Uint8Array;
   /**
    * Views on the caller's own binary data (no copy), in the order they are
@@ -107,6 +111,33 @@ let attachmentBytes = 0;
 /** The errors being encoded, outermost first (for cause chains and cycles). */
 let errorStack: object[] = [];
 let busy = false;
+
+/** Heads up to this size are copied into a shared slab, not a buffer of their own. */
+const SLAB_HEAD_BYTES = 1024;
+const SLAB_BYTES = 8 * 1024;
+let slab = new Uint8Array(SLAB_BYTES);
+let slabUsed = 0;
+
+/**
+ * The head's bytes in a buffer no later encode writes to: a small head is a
+ * view into an 8 KiB slab, filled once and then left to its views (a fresh
+ * `ArrayBuffer` per message cost the parent and the worker an allocation
+ * with a backing store each, freed by the sweeper); a larger one is a copy
+ * of its own. A head kept long keeps its slab (at most 8 KiB) alive.
+ */
+function takeHead(bytes: number): Uint8Array {
+  if (bytes > SLAB_HEAD_BYTES) return buf.slice(0, bytes);
+  if (slabUsed + bytes > SLAB_BYTES) {
+    slab = new Uint8Array(SLAB_BYTES);
+    slabUsed = 0;
+  }
+  const head = slab.subarray(slabUsed, slabUsed + bytes);
+  head.set(buf.subarray(0, bytes));
+  // 8-byte aligned, so that the next head's DataView reads stay aligned.
+  slabUsed += (bytes + 7) & ~7;
+  return head;
+}
+
 /** Whether Object.prototype has no enumerable property (for…in is exact). */
 let prototypeClean = true;
 
@@ -126,7 +157,7 @@ let prototypeClean = true;
  *
  * @param value The value to encode.
  * @param options The attachment threshold, header space and direction.
- * @returns The head (a fresh copy) and the attachments (views, no copy).
+ * @returns The head (bytes no later encode overwrites) and the attachments (views, no copy).
  * @throws {TypeError} when the value holds something that cannot cross (a
  * function, a symbol, a promise, an instance of another class, a circular
  * reference, nesting deeper than 512); the message names the path and the
@@ -176,7 +207,7 @@ export function encodeValue(
   }
   try {
     encodeAny(value, 1);
-    return { head: buf.slice(0, pos), attachments, attachmentBytes };
+    return { head: takeHead(pos), attachments, attachmentBytes };
   } catch (error: unknown) {
     if (error instanceof Refusal) {
       throw refusalToTypeError(error, value, options?.direction);

@@ -200,3 +200,36 @@ describe("encodeValue() plain objects", () => {
     }
   });
 });
+
+describe("encodeValue() heads", () => {
+  test("encodeValue() heads stay intact through later encodes of every size (small heads share a slab)", () => {
+    // Enough small heads to fill several slabs, with large ones in between.
+    const kept: { value: unknown; head: Uint8Array; bytes: Uint8Array }[] = [];
+    for (let i = 0; i < 3000; i++) {
+      const value = i % 500 === 0
+        ? { big: "x".repeat(4000 + i), i }
+        : { op: "add", args: [i, "y".repeat(i % 37)] };
+      const { head } = encodeValue(value, { prefixBytes: 12 });
+      head.fill(0xee, 0, 12); // a caller writing its header in place
+      kept.push({ value, head, bytes: head.slice() });
+    }
+    for (const { head, bytes } of kept) assert.deepEqual(head, bytes);
+    const small = kept[1] as { head: Uint8Array };
+    const next = kept[2] as { head: Uint8Array };
+    assert.equal(
+      small.head.buffer,
+      next.head.buffer,
+      "small heads share a slab",
+    );
+    assert.ok(
+      small.head.byteOffset + small.head.byteLength <= next.head.byteOffset,
+      "heads do not overlap",
+    );
+    const big = kept[500] as { head: Uint8Array };
+    assert.equal(
+      big.head.byteOffset,
+      0,
+      "a large head has a buffer of its own",
+    );
+  });
+});
