@@ -110,6 +110,8 @@ let attachments: Uint8Array[] = [];
 let attachmentBytes = 0;
 /** The errors being encoded, outermost first (for cause chains and cycles). */
 let errorStack: object[] = [];
+/** The attachments of a value without any (shared, so frozen). */
+const NO_ATTACHMENTS = Object.freeze([]) as unknown as Uint8Array[];
 let busy = false;
 
 /** Heads up to this size are copied into a shared slab, not a buffer of their own. */
@@ -192,14 +194,15 @@ export function encodeValue(
   if (outer !== undefined) {
     buf = new Uint8Array(INITIAL_SCRATCH_BYTES);
     view = new DataView(buf.buffer);
+    attachments = [];
+    errorStack = [];
   }
+  // Otherwise both are empty and not handed out (see the finally below).
   busy = true;
   buf.fill(0, 0, prefix);
   pos = prefix;
   threshold = limit;
-  attachments = [];
   attachmentBytes = 0;
-  errorStack = [];
   prototypeClean = true;
   for (const _ in Object.prototype) {
     prototypeClean = false;
@@ -207,7 +210,11 @@ export function encodeValue(
   }
   try {
     encodeAny(value, 1);
-    return { head: takeHead(pos), attachments, attachmentBytes };
+    return {
+      head: takeHead(pos),
+      attachments: attachments.length === 0 ? NO_ATTACHMENTS : attachments,
+      attachmentBytes,
+    };
   } catch (error: unknown) {
     if (error instanceof Refusal) {
       throw refusalToTypeError(error, value, options?.direction);
@@ -218,8 +225,9 @@ export function encodeValue(
       restoreEncoderState(outer);
     } else {
       busy = false;
-      attachments = [];
-      errorStack = [];
+      // A list handed out is the caller's; an empty one is used again.
+      if (attachments.length > 0) attachments = [];
+      errorStack.length = 0;
       if (buf.length > MAX_KEPT_SCRATCH_BYTES) {
         buf = new Uint8Array(INITIAL_SCRATCH_BYTES);
         view = new DataView(buf.buffer);
