@@ -232,6 +232,10 @@ export abstract class ModeCore {
     this.counters.calls++;
     this.#unsettled.add(call);
     this.metrics.admitted(call);
+    // This reaction also marks the call's rejection handled: a call the
+    // caller never awaits (a handle dropped, a call ended by close()) must
+    // not become an unhandled rejection. Counting from record.resolve and
+    // reject instead (no reaction per call) broke tests/parent/session_test.ts.
     call.promise.then(
       () => {
         this.counters.completed++;
