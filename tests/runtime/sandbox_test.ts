@@ -431,6 +431,15 @@ describe("sandboxDecision()", () => {
     ...noBwrap,
     landlock: { alone: false, reason: "the kernel has no Landlock" },
   };
+  // Landlock is here but refused (its confine step under a write grant).
+  const refusedLandlock = {
+    landlock: {
+      alone: false,
+      reason:
+        'the confine step\'s "/c/deno/airlock-confine" lies under "/c/deno", which a worker may write; keep write grants away from airlock, the runtime and its caches',
+      refused: true,
+    },
+  };
 
   /** One case: the inputs, the decision, and what its error must (not) say. */
   interface Case {
@@ -597,6 +606,87 @@ describe("sandboxDecision()", () => {
       },
       expect: "error:sandbox",
       says: [/the kernel has no Landlock/],
+    },
+    // A backend that exists but was refused, with no bubblewrap: an error
+    // for Deno as for Bun, under "auto" and "os", naming it, the cause and
+    // the fix (never a silent fall back to Deno's flags).
+    ...(["auto", "os"] as const).flatMap((sandbox): Case[] => [
+      {
+        options: {
+          runtime: deno,
+          sandbox,
+          permissions: readOnly,
+          ...noBwrap,
+          ...refusedLandlock,
+        },
+        expect: "error:sandbox",
+        says: [
+          /bubblewrap \("bwrap"\) was not found/,
+          /the Landlock backend, which this machine has, was refused: the confine step's "\/c\/deno\/airlock-confine" lies under "\/c\/deno"/,
+          /make bubblewrap usable/,
+          /sandbox "none" or permissions\.enforce "best-effort"/,
+        ],
+        saysNot: [/\.$/],
+      },
+      {
+        options: {
+          runtime: bun,
+          sandbox,
+          permissions: readOnly,
+          ...neither,
+          ...refusedLandlock,
+        },
+        expect: "error:sandbox",
+        says: [
+          /bwrap: No permissions to create new namespace/,
+          /was refused: the confine step's/,
+          /permissions\.enforce "best-effort"/,
+        ],
+        saysNot: [/sandbox "none"/],
+      },
+    ]),
+    // ... opted out explicitly: "none" (Deno) or best-effort.
+    {
+      options: {
+        runtime: deno,
+        sandbox: "none",
+        permissions: readOnly,
+        ...noBwrap,
+        ...refusedLandlock,
+      },
+      expect: "use:false",
+    },
+    ...[deno, bun].map((runtime): Case => ({
+      options: {
+        runtime,
+        sandbox: "auto",
+        permissions: bestEffort,
+        ...noBwrap,
+        ...refusedLandlock,
+      },
+      expect: "use:false",
+    })),
+    // ... where bubblewrap runs: it confines alone.
+    ...[deno, bun].map((runtime): Case => ({
+      options: {
+        runtime,
+        sandbox: "auto",
+        permissions: readOnly,
+        ...linux,
+        ...refusedLandlock,
+      },
+      expect: "use:true",
+    })),
+    // No backend on this machine (Landlock missing, not refused): Deno's
+    // flags under "auto", as documented.
+    {
+      options: {
+        runtime: deno,
+        sandbox: "auto",
+        permissions: readOnly,
+        ...noLandlock,
+      },
+      expect: "use:false",
     },
     // A command worker is named as such.
     {

@@ -180,6 +180,14 @@ export interface LandlockAvailability {
   alone: boolean;
   /** Why it is not usable, or not alone, in words; `""` when it is both. */
   reason: string;
+  /**
+   * Whether Landlock was refused for safety or failed a check (the confine
+   * step's code, runtime or cache lies under a worker's write grant; its
+   * probe failed), as opposed to missing from this machine (no kernel
+   * support, no runtime to run the step). A refused backend is never
+   * silently dropped: without bubblewrap the worker does not start.
+   */
+  refused: boolean;
 }
 
 /**
@@ -201,13 +209,17 @@ export function landlockAvailability(
   parentEnv: Readonly<Record<string, string>>,
   parentDenoDir: string | undefined,
 ): LandlockAvailability {
-  const unusable = (reason: string): LandlockAvailability => ({
+  const unusable = (
+    reason: string,
+    refused = false,
+  ): LandlockAvailability => ({
     support: undefined,
     stepEnv: undefined,
     usable: false,
     seccompOnly: false,
     alone: false,
     reason,
+    refused,
   });
   if ("none" in runner) return unusable(runner.none);
   if (seccompArch(process.arch) === undefined) {
@@ -226,6 +238,7 @@ export function landlockAvailability(
         `the confine step's ${JSON.stringify(path)} lies under ${
           JSON.stringify(grant)
         }, which a worker may write; keep write grants away from airlock, the runtime and its caches`,
+        true,
       );
     }
   }
@@ -233,7 +246,7 @@ export function landlockAvailability(
     PATH: parentEnv.PATH ?? "/usr/bin:/bin",
     ...stepEnv,
   });
-  if (support.error !== undefined) return unusable(support.error);
+  if (support.error !== undefined) return unusable(support.error, true);
   if (support.landlockAbi < 1) {
     return {
       ...unusable(
@@ -253,6 +266,7 @@ export function landlockAvailability(
     stepEnv,
     usable: true,
     seccompOnly: false,
+    refused: false,
     alone: gaps.length === 0,
     reason: gaps.length === 0
       ? ""

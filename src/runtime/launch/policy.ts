@@ -20,10 +20,15 @@ export interface SandboxDecisionOptions {
   bwrap: string | undefined;
   /**
    * Whether Landlock can confine the worker alone where bubblewrap is
-   * missing, and why not (see `confine/wrapper.ts`). Omitted: Landlock is
-   * not considered.
+   * missing, and why not (see `confine/wrapper.ts`); `refused` when it is
+   * here but was refused for safety or failed a check (never a machine
+   * without it). Omitted: Landlock is not considered.
    */
-  landlock?: { readonly alone: boolean; readonly reason: string };
+  landlock?: {
+    readonly alone: boolean;
+    readonly reason: string;
+    readonly refused?: boolean;
+  };
   /** Why bubblewrap, though installed, cannot run here (its probe failed). */
   bwrapUnusable?: string;
   /** The platform (`process.platform`), e.g. `"linux"`. */
@@ -50,6 +55,13 @@ export type SandboxDecision =
  *   error (the two contradict each other).
  * - `sandbox: "os"`: sandboxed, or an error where the sandbox cannot be had
  *   (not Linux, or neither bubblewrap nor Landlock).
+ * - A backend that exists but was refused or failed a check (Landlock whose
+ *   confine step lies under a worker's write grant, or whose probe failed)
+ *   where bubblewrap cannot confine alone: an error under `"auto"` and
+ *   `"os"`, for every runtime, naming the cause and the fix. Only
+ *   `sandbox: "none"` or `permissions.enforce: "best-effort"` opt out.
+ *   (Without this, a Deno worker under `"auto"` would silently fall back to
+ *   Deno's flags.)
  * - `sandbox: "auto"` (the default): sandboxed whenever the sandbox is
  *   available, on both runtimes (Deno's flags do not stop `import()` from
  *   reading files, nor native code and subprocesses).
@@ -127,6 +139,32 @@ export function sandboxDecision(
       };
     }
     return { use: false, reason: 'permissions "all" grants everything' };
+  }
+
+  // Landlock is here but refused (or failed its probe) and bubblewrap
+  // cannot confine alone: never a silent fallback to weaker confinement.
+  const refused = platform === "linux" && bwrap === undefined &&
+      landlock?.refused === true && !landlock.alone
+    ? `${
+      options.bwrapUnusable === undefined
+        ? 'bubblewrap ("bwrap") was not found on PATH'
+        : `bubblewrap ("bwrap") cannot run here: ${options.bwrapUnusable}`
+    }, and the Landlock backend, which this machine has, was refused: ${landlock.reason}`
+    : undefined;
+  if (
+    refused !== undefined && sandbox !== "none" &&
+    permissions.enforce !== "best-effort"
+  ) {
+    return {
+      error: `the OS sandbox cannot confine this worker: ${refused}${
+        runtime === "deno"
+          ? " (Deno's flags alone would be weaker confinement)"
+          : ""
+      }; remove that cause, make bubblewrap usable (it confines alone), or opt out explicitly with ${
+        runtime === "deno" ? 'sandbox "none" or ' : ""
+      }permissions.enforce "best-effort"`,
+      permission: "sandbox",
+    };
   }
 
   if (sandbox === "os") {
