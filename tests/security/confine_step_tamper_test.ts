@@ -17,7 +17,7 @@ const parent = fileURLToPath(
 );
 
 describe("confine step tampering", needs("landlock"), () => {
-  test("a worker granted write on airlock's directory gets no Landlock step", () => {
+  test("a worker granted write on the directory of airlock's confine step gets no Landlock step", () => {
     const argv = RUNTIME === "deno"
       ? ["run", "-A", "--quiet", parent]
       : [parent];
