@@ -607,23 +607,9 @@ function readKey(): string {
   return readTextItem("a map key of a plain object");
 }
 
+/** Reads the `n` entries of a plain object of no learnt shape. */
 function readObjectEntries(n: number, depth: number): Record<string, unknown> {
-  const object: Record<string, unknown> = {};
-  for (let i = 0; i < n; i++) {
-    const key = readTextItem("a map key of a plain object");
-    const value = decodeItem(depth + 1);
-    if (key === "__proto__") {
-      Object.defineProperty(object, key, {
-        value,
-        writable: true,
-        enumerable: true,
-        configurable: true,
-      });
-    } else {
-      object[key] = value;
-    }
-  }
-  return object;
+  return readEntriesInto({}, 0, n, depth);
 }
 
 /** Reads the header of an array or map that a tag wraps; returns its count. */
