@@ -3,6 +3,11 @@
  * after a crash during start, bounded by `maxRetries` with a short backoff.
  * Shared by sessions, one-shot calls and pools. Private to src/parent.
  *
+ * The launch code (src/runtime/launch/, the OS sandbox and confinement
+ * builders, the code cache, the Bun entry) is loaded on the first start,
+ * not when airlock is imported: a program that imports airlock and never
+ * starts a worker does not pay for it (tests/runtime/import_graph_test.ts).
+ *
  * @module
  */
 
@@ -13,9 +18,6 @@ import {
   WorkerTimeoutError,
 } from "../errors.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import { buildWorkerCommand } from "../runtime/launch/command.ts";
-import { wrapperFailure } from "../runtime/launch/exit.ts";
-import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import {
   type CallRecord,
@@ -28,6 +30,39 @@ import { createCall } from "./_call.ts";
 import { startFault } from "./_faults.ts";
 import type { ResolvedWorkerOptions } from "./options.ts";
 import { publishExit, publishStart, type WorkerMode } from "./_events.ts";
+
+/** The launch code a start needs, loaded once, on the first start. */
+interface LaunchCode {
+  readonly buildWorkerCommand:
+    typeof import("../runtime/launch/command.ts").buildWorkerCommand;
+  readonly wrapperFailure:
+    typeof import("../runtime/launch/exit.ts").wrapperFailure;
+  readonly warmUpCodeCache:
+    typeof import("../runtime/launch/warm_up.ts").warmUpCodeCache;
+}
+
+let launchCode: LaunchCode | undefined;
+let launchCodeLoading: Promise<LaunchCode> | undefined;
+
+/**
+ * Loads the launch code (once; later starts get it without waiting). The
+ * specifiers are literal, so `deno compile`, `deno publish` and Bun's
+ * bundler still see these modules in the graph.
+ */
+function loadLaunchCode(): Promise<LaunchCode> {
+  launchCodeLoading ??= Promise.all([
+    import("../runtime/launch/command.ts"),
+    import("../runtime/launch/exit.ts"),
+    import("../runtime/launch/warm_up.ts"),
+  ]).then(([command, exit, warmUp]) =>
+    launchCode = {
+      buildWorkerCommand: command.buildWorkerCommand,
+      wrapperFailure: exit.wrapperFailure,
+      warmUpCodeCache: warmUp.warmUpCodeCache,
+    }
+  );
+  return launchCodeLoading;
+}
 
 /** Backoff before respawn number n (1-based), in ms. */
 function backoffMs(attempt: number): number {
@@ -77,7 +112,7 @@ function startEvents(module: string): ConnectionEvents {
  * Failures a respawn would repeat (and a start that used up its whole
  * deadline: retrying would multiply the wait the caller asked for).
  */
-function isFinal(error: unknown): boolean {
+function isFinal(error: unknown, code: LaunchCode): boolean {
   return error instanceof WorkerTimeoutError ||
     (error instanceof WorkerStartError &&
       (error.failure === "import" || error.failure === "definition" ||
@@ -85,21 +120,7 @@ function isFinal(error: unknown): boolean {
         // A wrapper (bubblewrap, setpriv, the Landlock step) that could not
         // start the worker fails the same way again: spawn-class.
         (error.failure === "exited" &&
-          wrapperFailure(error.stderrTail ?? "") !== undefined)));
-}
-
-/**
- * Builds the command for a worker of these options.
- *
- * @param options The resolved options.
- * @param adapter The parent's runtime.
- * @returns The command.
- */
-export function commandFor(
-  options: ResolvedWorkerOptions,
-  adapter: RuntimeAdapter,
-): WorkerCommand {
-  return buildWorkerCommand(options, adapter);
+          code.wrapperFailure(error.stderrTail ?? "") !== undefined)));
 }
 
 /**
@@ -256,10 +277,14 @@ export async function launchWorker(
 ): Promise<Connection> {
   let lastError: unknown;
   const attempts = options.maxRetries + 1;
-  let first: WorkerCommand | undefined = commandFor(options, adapter);
   const since = Date.now();
+  const code = launchCode ?? await loadLaunchCode();
+  let first: WorkerCommand | undefined = code.buildWorkerCommand(
+    options,
+    adapter,
+  );
   if (
-    !(await warmUpCodeCache(
+    !(await code.warmUpCodeCache(
       options,
       adapter,
       first,
@@ -280,7 +305,7 @@ export async function launchWorker(
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
-    const command = first ?? commandFor(options, adapter);
+    const command = first ?? code.buildWorkerCommand(options, adapter);
     first = undefined;
     const conn = startConnection({
       adapter,
@@ -305,7 +330,7 @@ export async function launchWorker(
       conn.kill("the start failed", true);
       await conn.closed;
       lastError = asStartError(error, options, conn);
-      if (isFinal(lastError)) throw lastError;
+      if (isFinal(lastError, code)) throw lastError;
     }
   }
   if (attempts === 1) throw lastError;

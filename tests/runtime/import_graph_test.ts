@@ -1,0 +1,102 @@
+// Importing @airlock/airlock loads only the public API and what option
+// validation needs: the launch code (src/runtime/launch/, the OS sandbox and
+// confinement builders, the code cache, the Bun entry) loads on the first
+// start (src/parent/_launch.ts) and the worker side only in a self-exec
+// worker (mod.ts), through dynamic imports with literal specifiers, so
+// `deno compile`, `deno publish` and Bun's bundler still include them.
+// Row (h) of scripts/bench measures the cost; this keeps the cut from
+// silently regressing. Runs under both runners: it runs `deno info`.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import process from "node:process";
+
+const root = fileURLToPath(new URL("../../", import.meta.url));
+const local = join(root, "node_modules", ".bin", "deno");
+const deno = existsSync(local) ? local : "deno";
+
+interface InfoDependency {
+  specifier: string;
+  code?: { specifier: string };
+  isDynamic?: boolean;
+}
+
+interface InfoModule {
+  specifier: string;
+  dependencies?: InfoDependency[];
+}
+
+function moduleGraph(entry: string): Map<string, InfoModule> {
+  const info = JSON.parse(
+    execFileSync(deno, ["info", "--json", join(root, entry)], {
+      encoding: "utf8",
+      env: { ...process.env, NO_COLOR: "1" },
+    }),
+  ) as { modules: InfoModule[] };
+  return new Map(info.modules.map((module) => [module.specifier, module]));
+}
+
+/** The modules loaded by importing `entry`: static imports only. */
+function staticGraph(graph: Map<string, InfoModule>, entry: string): string[] {
+  const seen = new Set<string>();
+  const visit = (specifier: string): void => {
+    if (seen.has(specifier) || !graph.has(specifier)) return;
+    seen.add(specifier);
+    for (const dep of graph.get(specifier)?.dependencies ?? []) {
+      if (dep.code && !dep.isDynamic) visit(dep.code.specifier);
+    }
+  };
+  visit(pathToFileURL(join(root, entry)).href);
+  return [...seen].map((specifier) =>
+    specifier.startsWith("file:")
+      ? fileURLToPath(specifier).slice(root.length).replaceAll("\\", "/")
+      : specifier
+  );
+}
+
+/** Code that a program importing airlock must not load until it starts a worker. */
+const LOADED_LATER = [
+  /^src\/runtime\/launch\/(?!types\.ts$)/,
+  /^src\/runtime\/confine\//,
+  /^src\/runtime\/bun_entry\.ts$/,
+  /^src\/worker\//,
+];
+
+describe("the module graph of mod.ts", () => {
+  const graph = moduleGraph("mod.ts");
+  const eager = staticGraph(graph, "mod.ts");
+
+  test("importing it loads no launch, confinement or worker code", () => {
+    assert.ok(eager.includes("src/parent/_launch.ts"), eager.join("\n"));
+    assert.deepEqual(
+      eager.filter((path) =>
+        LOADED_LATER.some((pattern) => pattern.test(path))
+      ),
+      [],
+    );
+  });
+
+  test("the code loaded later is still in the graph (compile, publish)", () => {
+    const all = [...graph.keys()].map((specifier) =>
+      specifier.startsWith("file:")
+        ? fileURLToPath(specifier).slice(root.length).replaceAll("\\", "/")
+        : specifier
+    );
+    for (
+      const path of [
+        "src/runtime/launch/command.ts",
+        "src/runtime/launch/warm_up.ts",
+        "src/runtime/launch/exit.ts",
+        "src/runtime/confine/wrapper.ts",
+        "src/worker/main.ts",
+        "src/worker/stdout_guard.ts",
+      ]
+    ) {
+      assert.ok(all.includes(path), `${path} is not in mod.ts's graph`);
+      assert.ok(!eager.includes(path), `${path} loads at import`);
+    }
+  });
+});
