@@ -231,6 +231,27 @@ class Spares {
 }
 
 /**
+ * How long a call that took a spare may run before the spare's replacement
+ * starts anyway, in ms (a short call's answer comes first).
+ */
+const SPARE_REFILL_AFTER_MS = 100;
+
+/**
+ * Starts a taken spare's replacement once `over` settles (the call is over
+ * and its process gone), in a later task so the caller hears first; or
+ * after SPARE_REFILL_AFTER_MS, whichever comes first.
+ */
+function refillAfter(over: Promise<unknown>, spares: Spares): void {
+  const timer = setTimeout(() => spares.fill(), SPARE_REFILL_AFTER_MS);
+  (timer as { unref?: () => void }).unref?.();
+  const refill = () => {
+    clearTimeout(timer);
+    setTimeout(() => spares.fill(), 0);
+  };
+  over.then(refill, refill);
+}
+
+/**
  * Creates a runner that starts a fresh worker process for every call, runs
  * `setup` and the call, then shuts the process down. Nothing is spawned
  * until the first call; concurrent calls run in parallel processes. No
@@ -351,7 +372,8 @@ export function oneShot<D = unknown>(
     // `call()` is awaited as a whole: a stream resolves with its values.
     if (asPromise) call.awaited = true;
     const spare = spares?.take();
-    spares?.fill();
+    // Without a spare, one starts now (beside this call's own process).
+    if (!spare) spares?.fill();
     let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
     let aborted = false;
     const abort = (reason: unknown): void => {
@@ -391,6 +413,11 @@ export function oneShot<D = unknown>(
     })();
     active.add(lifecycle);
     lifecycle.finally(() => active.delete(lifecycle));
+    // The replacement of a spare taken starts once this call is over (or
+    // has run SPARE_REFILL_AFTER_MS): building and spawning it is
+    // synchronous work that would delay writing this call, reading its
+    // answer and seeing its process exit.
+    if (spare && spares) refillAfter(lifecycle, spares);
     // A stream's end, too, reaches the caller once the process is gone.
     const settled = call.promise.then(
       async (value) => {

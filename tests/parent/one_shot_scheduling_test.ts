@@ -11,6 +11,7 @@ import {
   WorkerStartError,
   WorkerTimeoutError,
 } from "../../mod.ts";
+import { defineWorker } from "../../worker.ts";
 import type memory from "../fixtures/memory_worker.ts";
 import { memoryWorker } from "../fixtures/memory_worker.ts";
 import {
@@ -81,6 +82,28 @@ describe("oneShot() (in memory)", () => {
     const spawn = await rejection(run.add(1, 1), WorkerStartError);
     assert.equal(spawn.failure, "spawn");
     assert.equal(await run.add(2, 2), 4, "the next call starts a worker");
+    await until(() => rt.live().length === 0, 10_000, "workers ended");
+  });
+
+  test("oneShot() with spares runs the call before it starts the taken spare's replacement", async () => {
+    // Building and spawning the replacement is synchronous work: done
+    // before the call, it delayed the call by a whole start's preparation.
+    using rt = runtime({
+      load: () => ({
+        default: defineWorker({
+          /** How many workers had been spawned when this call ran. */
+          spawned: () => rt.children.length,
+        }),
+      }),
+    });
+    const run = oneShot(MODULE, { ...quiet, spares: 1 });
+    try {
+      await until(() => rt.children.length === 1, 10_000, "the spare");
+      assert.equal(await run.call("spawned", []), 1, "ran before the refill");
+      await until(() => rt.children.length === 2, 10_000, "the replacement");
+    } finally {
+      await run.close();
+    }
     await until(() => rt.live().length === 0, 10_000, "workers ended");
   });
 
