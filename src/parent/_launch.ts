@@ -4,9 +4,10 @@
  * Shared by sessions, one-shot calls and pools. Private to src/parent.
  *
  * The launch code (src/runtime/launch/, the OS sandbox and confinement
- * builders, the code cache, the Bun entry) is loaded on the first start,
- * not when airlock is imported: a program that imports airlock and never
- * starts a worker does not pay for it (tests/runtime/import_graph_test.ts).
+ * builders, the code cache, the Bun entry) and the connection to a worker
+ * (connection.ts) are loaded on the first start, not when airlock is
+ * imported: a program that imports airlock and never starts a worker does
+ * not pay for it (tests/runtime/import_graph_test.ts).
  *
  * @module
  */
@@ -19,19 +20,17 @@ import {
 } from "../errors.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
-import {
-  type CallRecord,
-  type Connection,
-  type ConnectionEvents,
-  crashError,
-  startConnection,
-} from "./connection.ts";
+import type { CallRecord, Connection, ConnectionEvents } from "./connection.ts";
+import { crashError } from "./_exit.ts";
 import { createCall } from "./_call.ts";
 import { startFault } from "./_faults.ts";
 import type { ResolvedWorkerOptions } from "./options.ts";
 import { publishExit, publishStart, type WorkerMode } from "./_events.ts";
 
-/** The launch code a start needs, loaded once, on the first start. */
+/**
+ * The launch code and the connection a start needs, loaded once, on the
+ * first start.
+ */
 interface LaunchCode {
   readonly buildWorkerCommand:
     typeof import("../runtime/launch/command.ts").buildWorkerCommand;
@@ -39,6 +38,7 @@ interface LaunchCode {
     typeof import("../runtime/launch/exit.ts").wrapperFailure;
   readonly warmUpCodeCache:
     typeof import("../runtime/launch/warm_up.ts").warmUpCodeCache;
+  readonly startConnection: typeof import("./connection.ts").startConnection;
 }
 
 let launchCode: LaunchCode | undefined;
@@ -54,11 +54,13 @@ function loadLaunchCode(): Promise<LaunchCode> {
     import("../runtime/launch/command.ts"),
     import("../runtime/launch/exit.ts"),
     import("../runtime/launch/warm_up.ts"),
-  ]).then(([command, exit, warmUp]) =>
+    import("./connection.ts"),
+  ]).then(([command, exit, warmUp, connection]) =>
     launchCode = {
       buildWorkerCommand: command.buildWorkerCommand,
       wrapperFailure: exit.wrapperFailure,
       warmUpCodeCache: warmUp.warmUpCodeCache,
+      startConnection: connection.startConnection,
     }
   );
   return launchCodeLoading;
@@ -307,7 +309,7 @@ export async function launchWorker(
     const routed = routedEvents(startEvents(options.label));
     const command = first ?? code.buildWorkerCommand(options, adapter);
     first = undefined;
-    const conn = startConnection({
+    const conn = code.startConnection({
       adapter,
       command,
       maxFrameBytes: options.maxFrameBytes,

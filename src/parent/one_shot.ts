@@ -10,13 +10,13 @@
 import { SessionClosedError } from "../errors.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import {
-  type CallRecord,
-  type Connection,
-  type ConnectionEvents,
-  type ConnectionExit,
-  crashError,
+import type {
+  CallRecord,
+  Connection,
+  ConnectionEvents,
+  ConnectionExit,
 } from "./connection.ts";
+import { crashError } from "./_exit.ts";
 import {
   armTotalDeadline,
   callHandle,

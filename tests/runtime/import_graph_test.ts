@@ -1,7 +1,8 @@
 // Importing @airlock/airlock loads only the public API and what option
-// validation needs: the launch code (src/runtime/launch/, the OS sandbox and
-// confinement builders, the code cache, the Bun entry) loads on the first
-// start (src/parent/_launch.ts) and the worker side only in a self-exec
+// validation and calls need: the launch code (src/runtime/launch/, the OS
+// sandbox and confinement builders, the code cache, the Bun entry) and the
+// connection to a worker (src/parent/connection.ts) load on the first start
+// (src/parent/_launch.ts) and the worker side only in a self-exec
 // worker (mod.ts), through dynamic imports with literal specifiers, so
 // `deno compile`, `deno publish` and Bun's bundler still include them.
 // Row (h) of scripts/bench measures the cost; this keeps the cut from
@@ -63,13 +64,14 @@ const LOADED_LATER = [
   /^src\/runtime\/confine\//,
   /^src\/runtime\/bun_entry\.ts$/,
   /^src\/worker\//,
+  /^src\/parent\/connection\.ts$/,
 ];
 
 describe("the module graph of mod.ts", () => {
   const graph = moduleGraph("mod.ts");
   const eager = staticGraph(graph, "mod.ts");
 
-  test("importing it loads no launch, confinement or worker code", () => {
+  test("importing it loads no launch, confinement, connection or worker code", () => {
     assert.ok(eager.includes("src/parent/_launch.ts"), eager.join("\n"));
     assert.deepEqual(
       eager.filter((path) =>
@@ -91,6 +93,7 @@ describe("the module graph of mod.ts", () => {
         "src/runtime/launch/warm_up.ts",
         "src/runtime/launch/exit.ts",
         "src/runtime/confine/wrapper.ts",
+        "src/parent/connection.ts",
         "src/worker/main.ts",
         "src/worker/stdout_guard.ts",
       ]
