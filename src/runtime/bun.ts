@@ -204,99 +204,117 @@ function readGate(): ReadGateControl {
  * per chunk, as the native reader), which is how the parent reads a worker's
  * stdout; other ways of reading (iteration, `pipeTo`) go through the stream's
  * own queue.
+ *
+ * The class is made on first use: evaluating `extends ReadableStream` makes
+ * Deno load its web streams (about 3 ms of a Deno program's start), and
+ * importing airlock on Deno never needs this Bun-only class.
  */
-class GatedStream extends ReadableStream<Uint8Array> {
-  readonly #native: ReadableStream<Uint8Array>;
-  readonly #gate: ReadGate;
-  #reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
-  #cancelled = false;
-  #locked = false;
+function gatedStreamClass() {
+  return class GatedStream extends ReadableStream<Uint8Array> {
+    readonly #native: ReadableStream<Uint8Array>;
+    readonly #gate: ReadGate;
+    #reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    #cancelled = false;
+    #locked = false;
 
-  constructor(native: ReadableStream<Uint8Array>, gate: ReadGate) {
-    // The source's callbacks run after construction, when `self` is set.
-    const box: { self?: GatedStream } = {};
-    super({
-      pull: (controller) =>
-        (box.self as GatedStream).#read().then((result) => {
-          if (result.done) controller.close();
-          else controller.enqueue(result.value);
-        }, (error: unknown) => controller.error(error)),
-      cancel: (reason) => (box.self as GatedStream).#cancel(reason),
-    }, { highWaterMark: 0 });
-    box.self = this;
-    this.#native = native;
-    this.#gate = gate;
-    gate.onClose.add(this.#release);
-  }
-
-  /** Releases the native reader (the gate closed): a pending read rejects. */
-  #release = (): void => {
-    const current = this.#reader;
-    this.#reader = undefined;
-    current?.releaseLock();
-  };
-
-  #read(): Promise<ReadableStreamReadResult<Uint8Array>> {
-    if (this.#cancelled) {
-      return Promise.resolve(
-        { done: true } as ReadableStreamReadResult<Uint8Array>,
-      );
+    constructor(native: ReadableStream<Uint8Array>, gate: ReadGate) {
+      // The source's callbacks run after construction, when `self` is set.
+      const box: { self?: GatedStream } = {};
+      super({
+        pull: (controller) =>
+          (box.self as GatedStream).#read().then((result) => {
+            if (result.done) controller.close();
+            else controller.enqueue(result.value);
+          }, (error: unknown) => controller.error(error)),
+        cancel: (reason) => (box.self as GatedStream).#cancel(reason),
+      }, { highWaterMark: 0 });
+      box.self = this;
+      this.#native = native;
+      this.#gate = gate;
+      gate.onClose.add(this.#release);
     }
-    if (!this.#gate.open) return this.#gate.opened().then(() => this.#read());
-    const current = this.#reader ??= this.#native.getReader();
-    return current.read().then((result) => {
-      if (result.done) {
-        this.#gate.onClose.delete(this.#release);
-        this.#ended.resolve(undefined);
-      }
-      return result;
-    }, (error: unknown) => {
-      // Released by the gate: read again once it opens.
-      if (current !== this.#reader && !this.#cancelled) return this.#read();
-      this.#gate.onClose.delete(this.#release);
-      this.#ended.reject(error);
-      throw error;
-    });
-  }
 
-  /** Settles when the pipe ends (or is cancelled), rejects when it fails. */
-  readonly #ended: PromiseWithResolvers<undefined> = (() => {
-    const ended = Promise.withResolvers<undefined>();
-    ended.promise.catch(() => {});
-    return ended;
-  })();
-
-  #cancel(reason: unknown): Promise<void> {
-    this.#cancelled = true;
-    this.#ended.resolve(undefined);
-    this.#gate.onClose.delete(this.#release);
-    const current = this.#reader;
-    this.#reader = undefined;
-    return current ? current.cancel(reason) : this.#native.cancel(reason);
-  }
-
-  /**
-   * A reader over the native pipe (not a byte stream: a BYOB reader is
-   * refused, as for any default stream).
-   */
-  // The overloads of getReader() cannot be restated for an override.
-  // deno-lint-ignore no-explicit-any
-  override getReader(options?: { mode?: string }): any {
-    if (options?.mode === "byob") {
-      throw new TypeError("Cannot read a child's pipe with a BYOB reader");
-    }
-    if (this.#locked) throw new TypeError("The stream is locked");
-    this.#locked = true;
-    const reader: ReadableStreamDefaultReader<Uint8Array> = {
-      read: () => this.#read(),
-      cancel: (reason?: unknown) => this.#cancel(reason),
-      releaseLock: () => {
-        this.#locked = false;
-      },
-      closed: this.#ended.promise,
+    /** Releases the native reader (the gate closed): a pending read rejects. */
+    #release = (): void => {
+      const current = this.#reader;
+      this.#reader = undefined;
+      current?.releaseLock();
     };
-    return reader;
-  }
+
+    #read(): Promise<ReadableStreamReadResult<Uint8Array>> {
+      if (this.#cancelled) {
+        return Promise.resolve(
+          { done: true } as ReadableStreamReadResult<Uint8Array>,
+        );
+      }
+      if (!this.#gate.open) return this.#gate.opened().then(() => this.#read());
+      const current = this.#reader ??= this.#native.getReader();
+      return current.read().then((result) => {
+        if (result.done) {
+          this.#gate.onClose.delete(this.#release);
+          this.#ended.resolve(undefined);
+        }
+        return result;
+      }, (error: unknown) => {
+        // Released by the gate: read again once it opens.
+        if (current !== this.#reader && !this.#cancelled) return this.#read();
+        this.#gate.onClose.delete(this.#release);
+        this.#ended.reject(error);
+        throw error;
+      });
+    }
+
+    /** Settles when the pipe ends (or is cancelled), rejects when it fails. */
+    readonly #ended: PromiseWithResolvers<undefined> = (() => {
+      const ended = Promise.withResolvers<undefined>();
+      ended.promise.catch(() => {});
+      return ended;
+    })();
+
+    #cancel(reason: unknown): Promise<void> {
+      this.#cancelled = true;
+      this.#ended.resolve(undefined);
+      this.#gate.onClose.delete(this.#release);
+      const current = this.#reader;
+      this.#reader = undefined;
+      return current ? current.cancel(reason) : this.#native.cancel(reason);
+    }
+
+    /**
+     * A reader over the native pipe (not a byte stream: a BYOB reader is
+     * refused, as for any default stream).
+     */
+    // The overloads of getReader() cannot be restated for an override.
+    // deno-lint-ignore no-explicit-any
+    override getReader(options?: { mode?: string }): any {
+      if (options?.mode === "byob") {
+        throw new TypeError("Cannot read a child's pipe with a BYOB reader");
+      }
+      if (this.#locked) throw new TypeError("The stream is locked");
+      this.#locked = true;
+      const reader: ReadableStreamDefaultReader<Uint8Array> = {
+        read: () => this.#read(),
+        cancel: (reason?: unknown) => this.#cancel(reason),
+        releaseLock: () => {
+          this.#locked = false;
+        },
+        closed: this.#ended.promise,
+      };
+      return reader;
+    }
+  };
+}
+
+type GatedStreamClass = ReturnType<typeof gatedStreamClass>;
+let GatedStream: GatedStreamClass | undefined;
+
+/** A `GatedStream` over `native` (the class made on first use). */
+function gatedStream(
+  native: ReadableStream<Uint8Array>,
+  gate: ReadGate,
+): ReadableStream<Uint8Array> {
+  GatedStream ??= gatedStreamClass();
+  return new GatedStream(native, gate);
 }
 
 function spawnBun(request: SpawnRequest): ChildHandle {
@@ -328,8 +346,8 @@ function spawnBun(request: SpawnRequest): ChildHandle {
   const write = sinkWriter(child.stdin);
   return {
     pid,
-    stdout: new GatedStream(child.stdout, gate),
-    stderr: new GatedStream(child.stderr, gate),
+    stdout: gatedStream(child.stdout, gate),
+    stderr: gatedStream(child.stderr, gate),
     exited,
     write,
     closeStdin() {

@@ -14,6 +14,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import process from "node:process";
+import { fixture } from "../_helpers.ts";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const local = join(root, "node_modules", ".bin", "deno");
@@ -101,5 +102,16 @@ describe("the module graph of mod.ts", () => {
       assert.ok(all.includes(path), `${path} is not in mod.ts's graph`);
       assert.ok(!eager.includes(path), `${path} loads at import`);
     }
+  });
+});
+
+describe("importing mod.ts on Deno", () => {
+  test("touches no global that Deno builds on first use", () => {
+    const out = execFileSync(
+      deno,
+      ["run", "--quiet", fixture("import_globals_trap.ts").pathname],
+      { encoding: "utf8", env: { ...process.env, NO_COLOR: "1" } },
+    );
+    assert.deepEqual(JSON.parse(out), {});
   });
 });
