@@ -6,7 +6,8 @@
  */
 
 import { WorkerTimeoutError } from "../errors.ts";
-import { type CallMessage, encodeMessage } from "../protocol/messages.ts";
+import type { CallMessage } from "../protocol/messages.ts";
+import { encodeMessage } from "../protocol/encode_message.ts";
 import { describe } from "../_validate.ts";
 import type { CallRecord } from "./connection.ts";
 import type { CallKey, CallOptions } from "./options.ts";

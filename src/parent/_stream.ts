@@ -12,7 +12,7 @@ import { ProtocolError } from "../errors.ts";
 import {
   DEFAULT_STREAM_WINDOW_BYTES,
   DEFAULT_STREAM_WINDOW_ITEMS,
-} from "../protocol/messages.ts";
+} from "../protocol/encode_message.ts";
 
 /** What a streaming call's record resolves with when its stream ended. */
 export const STREAM_END: unique symbol = Symbol("airlock.streamEnd");

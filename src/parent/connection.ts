@@ -37,10 +37,10 @@ import { DeadlineQueue } from "./_deadlines.ts";
 import {
   type ConnectionExit,
   exitReason,
-  startError,
   type StartFatal,
   type Truncation,
 } from "./_exit.ts";
+import { startError } from "./_start_error.ts";
 import { type LogSink, WorkerLog } from "./_log.ts";
 import { describeValue, toRemoteError } from "./_remote_error.ts";
 import type { HintContext } from "./_hints.ts";

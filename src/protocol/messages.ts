@@ -1,15 +1,25 @@
 /**
  * The messages of the protocol (message version 3: version 1 plus streams
  * and progress in 2, `limit` in 3), a discriminated union on `type`, with their encoding into
- * frames and their checked decoding. Pure: no I/O. See docs/PROTOCOL.md.
+ * frames (encode_message.ts, re-exported here) and their checked decoding.
+ * Pure: no I/O. See docs/PROTOCOL.md.
  *
  * @module
  */
 
 import { ProtocolError } from "../errors.ts";
 import { decodeValue } from "./decode_value.ts";
-import { type CrossingDirection, encodeValue } from "./encode_value.ts";
-import { type Frame, FRAME_HEADER_BYTES, frameInPlace } from "./frame.ts";
+import type { Frame } from "./frame.ts";
+
+// The encoding half lives in encode_message.ts, which does not load the
+// decoder: a parent encodes its calls from the start, and decodes only once
+// a worker answers (its connection loads on the first start).
+export {
+  DEFAULT_STREAM_WINDOW_BYTES,
+  DEFAULT_STREAM_WINDOW_ITEMS,
+  encodeMessage,
+  type EncodeMessageOptions,
+} from "./encode_message.ts";
 
 /** The request id reserved for control messages. */
 export const CONTROL_ID = 0;
@@ -26,10 +36,6 @@ export const OLDEST_MESSAGE_VERSION = 1;
 /** The first message version whose workers honour `limit`. */
 export const LIMIT_MESSAGE_VERSION = 3;
 
-/** Values of a stream in flight (sent, not yet credited) when a call sets no window. */
-export const DEFAULT_STREAM_WINDOW_ITEMS = 1024;
-/** Payload bytes of a stream in flight when a call sets no window: 4 MiB. */
-export const DEFAULT_STREAM_WINDOW_BYTES: number = 4 * 1024 * 1024;
 /** The shortest gap between two `progress` messages of one call. */
 export const PROGRESS_INTERVAL_MS = 50;
 
@@ -227,62 +233,6 @@ export type ParentMessage =
 
 /** Every message of the protocol. */
 export type Message = WorkerMessage | ParentMessage;
-
-/**
- * Which way each message goes, so that a value that cannot cross is named
- * with the direction it was going (a new message type must be listed).
- */
-const DIRECTION: Readonly<Record<Message["type"], CrossingDirection>> = {
-  call: "to-worker",
-  cancel: "to-worker",
-  credit: "to-worker",
-  limit: "to-worker",
-  shutdown: "to-worker",
-  hello: "to-parent",
-  fatal: "to-parent",
-  result: "to-parent",
-  error: "to-parent",
-  items: "to-parent",
-  end: "to-parent",
-  progress: "to-parent",
-  "shutdown-ack": "to-parent",
-};
-
-/** Options of {@linkcode encodeMessage}. */
-export interface EncodeMessageOptions {
-  /**
-   * Binary values of at least this many bytes travel as attachments after
-   * the head instead of inside it.
-   *
-   * @default {65536}
-   */
-  attachmentThresholdBytes?: number | undefined;
-}
-
-/**
- * Encodes a message into the chunks of one frame.
- *
- * @param message The message.
- * @param options The attachment threshold.
- * @returns The chunks to write, in order: the header and head in one
- * buffer, then the attachments as they are (no copy).
- * @throws {TypeError} when a value in it cannot cross, naming where it sits.
- */
-export function encodeMessage(
-  message: Message,
-  options?: EncodeMessageOptions,
-): Uint8Array[] {
-  const encoded = encodeValue(message, {
-    prefixBytes: FRAME_HEADER_BYTES,
-    attachmentThresholdBytes: options?.attachmentThresholdBytes,
-    direction: DIRECTION[message.type],
-  });
-  return frameInPlace(
-    encoded.head,
-    encoded.attachments,
-    encoded.attachmentBytes,
-  );
-}
 
 function fail(detail: string): never {
   throw new ProtocolError(`Cannot read message: ${detail}`);

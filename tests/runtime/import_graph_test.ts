@@ -1,7 +1,8 @@
 // Importing @airlock/airlock loads only the public API and what option
 // validation and calls need: the launch code (src/runtime/launch/, the OS
 // sandbox and confinement builders, the code cache, the Bun entry) and the
-// connection to a worker (src/parent/connection.ts) load on the first start
+// connection to a worker (src/parent/connection.ts, with the decoder and the
+// start errors' hints) load on the first start
 // (src/parent/_launch.ts) and the worker side only in a self-exec
 // worker (mod.ts), through dynamic imports with literal specifiers, so
 // `deno compile`, `deno publish` and Bun's bundler still include them.
@@ -66,6 +67,10 @@ const LOADED_LATER = [
   /^src\/runtime\/bun_entry\.ts$/,
   /^src\/worker\//,
   /^src\/parent\/connection\.ts$/,
+  /^src\/parent\/_start_error\.ts$/,
+  /^src\/parent\/_hints\.ts$/,
+  // The decoder: a parent decodes only once a worker answers.
+  /^src\/protocol\/decode_value\.ts$/,
 ];
 
 describe("the module graph of mod.ts", () => {
@@ -95,6 +100,7 @@ describe("the module graph of mod.ts", () => {
         "src/runtime/launch/exit.ts",
         "src/runtime/confine/wrapper.ts",
         "src/parent/connection.ts",
+        "src/protocol/decode_value.ts",
         "src/worker/main.ts",
         "src/worker/stdout_guard.ts",
       ]
