@@ -90,11 +90,16 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
 /**
  * Chunks up to this size are written to stdout synchronously: an async
  * `Deno.stdout.write` runs on a blocking thread, and that hand-off cost
- * ~35 µs per frame (see docs/benchmarks.md). A small chunk fits the pipe
- * buffer, so the sync write does not stall the event loop while the parent
- * reads; larger chunks keep the async path.
+ * ~35 µs per frame (see docs/benchmarks.md), more for a frame larger than
+ * the pipe (64 KiB), whose answer reached the parent only after the blocking
+ * thread had been woken again (issue 16: a 71 KB answer arrived 0.15 to 2 ms
+ * later under load). A chunk larger than the pipe holds the event loop until
+ * the parent has read all but its last pipe-full, which takes no longer than
+ * the parent's reads: the parent reads stdout all the time, and the
+ * parent-death watchdog runs on a thread of its own. Larger chunks (big
+ * binary attachments) keep the async path, so the loop is never held long.
  */
-const SYNC_WRITE_BYTES = 64 * 1024;
+const SYNC_WRITE_BYTES = 1024 * 1024;
 
 /**
  * Stdin as a plain stream of chunks, read with `Deno.stdin.read`: cheaper per
