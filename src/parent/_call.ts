@@ -15,7 +15,7 @@ import {
   resolveCallOptions,
   type ResolvedCallOptions,
 } from "./_resolve_options.ts";
-import { CallHandle, DEFAULT_WINDOW } from "./_stream.ts";
+import { CallHandle, DEFAULT_WINDOW, type StreamState } from "./_stream.ts";
 import {
   type CallTraceContext,
   traceAttempt,
@@ -46,6 +46,12 @@ export interface PendingCall extends CallRecord {
   admittedAt: number;
   /** When it was last written to a worker (`performance.now()`); 0 before. */
   sentAt: number;
+  /** Told when it settles, if set (before it settles). */
+  hook: SettleHook | undefined;
+  /** Neighbours in the owner's list of unsettled calls. */
+  prevUnsettled: PendingCall | undefined;
+  /** Neighbours in the owner's list of unsettled calls. */
+  nextUnsettled: PendingCall | undefined;
 }
 
 /** What a call record takes from the call's options beyond its deadline. */
@@ -109,46 +115,123 @@ export function createCall(
     const carried = traceCarrier(trace);
     if (carried !== undefined) message.trace = carried;
   }
-  const chunks = encodeMessage(message);
-  let resolve!: (value: unknown) => void;
-  let reject!: (error: unknown) => void;
-  const promise = new Promise<unknown>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  const record: PendingCall = {
+  return new Call(
     id,
     op,
-    chunks,
+    encodeMessage(message),
     timeoutMs,
     idempotent,
     signal,
-    promise,
-    attempts: 0,
-    pids: [],
-    totalTimeoutMs: extras.totalTimeoutMs,
-    key: extras.key,
+    extras,
     trace,
-    admittedAt: 0,
-    sentAt: 0,
-    onProgress: extras.onProgress,
-    windowItems,
-    windowBytes,
-    stream: undefined,
-    awaited: false,
-    settled: false,
-    resolve(value) {
-      if (record.settled) return;
-      record.settled = true;
-      resolve(value);
-    },
-    reject(error) {
-      if (record.settled) return;
-      record.settled = true;
-      reject(error);
-    },
-  };
-  return record;
+  );
+}
+
+/** What a call tells once it settles (the mode core's counters). */
+export interface SettleHook {
+  /**
+   * The call settled, synchronously as its promise does.
+   *
+   * @param call The call.
+   * @param ok Whether it resolved.
+   */
+  callSettled(call: PendingCall, ok: boolean): void;
+}
+
+/** Where {@linkcode capture} leaves a new promise's resolving functions. */
+let capturedResolve: (value: unknown) => void = () => {};
+let capturedReject: (error: unknown) => void = () => {};
+
+/** One executor for every call's promise: no closure per call. */
+function capture(
+  resolve: (value: unknown) => void,
+  reject: (error: unknown) => void,
+): void {
+  capturedResolve = resolve;
+  capturedReject = reject;
+}
+
+function ignore(): void {}
+
+/**
+ * A call record: one object per call, its fields in place and its methods
+ * on the prototype (a record of a literal with two method closures, an
+ * executor closure and a promise reaction cost ~0.8 KiB of garbage per call
+ * on Deno at 64 calls in flight).
+ */
+class Call implements PendingCall {
+  readonly id: number;
+  readonly op: string;
+  readonly chunks: Uint8Array[];
+  readonly timeoutMs: number;
+  readonly idempotent: boolean;
+  readonly signal: AbortSignal | undefined;
+  readonly promise: Promise<unknown>;
+  attempts = 0;
+  readonly pids: number[] = [];
+  readonly totalTimeoutMs: number;
+  readonly key: CallKey | undefined;
+  readonly trace: CallTraceContext | undefined;
+  admittedAt = 0;
+  sentAt = 0;
+  readonly onProgress: ((value: unknown) => void) | undefined;
+  readonly windowItems: number;
+  readonly windowBytes: number;
+  stream: StreamState | undefined = undefined;
+  awaited = false;
+  settled = false;
+  dueAt = 0;
+  dueFrom = 0;
+  writtenSeq = -1;
+  hook: SettleHook | undefined = undefined;
+  prevUnsettled: PendingCall | undefined = undefined;
+  nextUnsettled: PendingCall | undefined = undefined;
+  #resolve: (value: unknown) => void;
+  #reject: (error: unknown) => void;
+
+  constructor(
+    id: number,
+    op: string,
+    chunks: Uint8Array[],
+    timeoutMs: number,
+    idempotent: boolean,
+    signal: AbortSignal | undefined,
+    extras: CallExtras,
+    trace: CallTraceContext | undefined,
+  ) {
+    this.id = id;
+    this.op = op;
+    this.chunks = chunks;
+    this.timeoutMs = timeoutMs;
+    this.idempotent = idempotent;
+    this.signal = signal;
+    this.totalTimeoutMs = extras.totalTimeoutMs;
+    this.key = extras.key;
+    this.trace = trace;
+    this.onProgress = extras.onProgress;
+    this.windowItems = extras.windowItems;
+    this.windowBytes = extras.windowBytes;
+    this.promise = new Promise<unknown>(capture);
+    this.#resolve = capturedResolve;
+    this.#reject = capturedReject;
+  }
+
+  resolve(value: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.#resolve(value);
+    this.hook?.callSettled(this, true);
+  }
+
+  reject(error: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    // Owned by a mode: a call nobody awaits (a handle dropped, a call ended
+    // by close()) must not become an unhandled rejection.
+    if (this.hook !== undefined) this.promise.catch(ignore);
+    this.#reject(error);
+    this.hook?.callSettled(this, false);
+  }
 }
 
 /**

@@ -5,47 +5,53 @@
  * @module
  */
 
-/** What a deadline is kept for: a call with an id and a timeout. */
+/**
+ * What a deadline is kept for: a call with an id and a timeout, which holds
+ * its own deadline (no entry per call in a map of the queue's).
+ */
 export interface Timed {
   /** The request id. */
   readonly id: number;
   /** The deadline once written, in ms (greater than 0). */
   readonly timeoutMs: number;
-}
-
-/** When a call written to the worker times out. */
-interface Deadline<T extends Timed> {
-  /** The call. */
-  item: T;
-  /** When it was written (ms since the epoch). */
-  startedAt: number;
-  /** When it times out (ms since the epoch). */
-  at: number;
+  /** When it times out (ms since the epoch); 0 while it has no deadline here. */
+  dueAt: number;
+  /** When its deadline started counting (ms since the epoch). */
+  dueFrom: number;
 }
 
 /**
- * Deadlines by call id. One shared timer serves them all, armed for the
- * earliest: a timer per call cost ~1.6 µs of CPU per call on Deno (a quarter
- * of the parent's work at 64 calls in flight). The timer is unref'd: while
- * calls are pending the connection keeps the child ref'd, so it fires on
- * time. A removed deadline leaves the timer armed; when it fires it finds
- * nothing due.
+ * The deadlines of the calls one owner holds (a connection's calls in
+ * flight), kept on the calls themselves. One shared timer serves them all,
+ * armed for the earliest: a timer per call cost ~1.6 µs of CPU per call on
+ * Deno (a quarter of the parent's work at 64 calls in flight). The timer is
+ * unref'd: while calls are pending the connection keeps the child ref'd, so
+ * it fires on time. A removed deadline leaves the timer armed; when it fires
+ * it finds nothing due. Every call with a deadline here must be among the
+ * owner's items (`items`), and a call may have a deadline in one queue at a
+ * time.
  */
 export class DeadlineQueue<T extends Timed> {
-  #entries = new Map<number, Deadline<T>>();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #timerAt = Infinity;
   #stopped = false;
   #onDue: (item: T, startedAt: number) => void;
+  #items: () => Iterable<T>;
 
   /**
    * Creates an empty queue.
    *
    * @param onDue Called for each call whose deadline passed, earliest first,
    * after its deadline was removed.
+   * @param items The calls that may have a deadline here (looked through
+   * only when the timer fires).
    */
-  constructor(onDue: (item: T, startedAt: number) => void) {
+  constructor(
+    onDue: (item: T, startedAt: number) => void,
+    items: () => Iterable<T>,
+  ) {
     this.#onDue = onDue;
+    this.#items = items;
   }
 
   /**
@@ -57,56 +63,43 @@ export class DeadlineQueue<T extends Timed> {
     if (this.#stopped) return;
     const startedAt = Date.now();
     const at = startedAt + item.timeoutMs;
-    this.#entries.set(item.id, { item, startedAt, at });
+    item.dueFrom = startedAt;
+    item.dueAt = at;
     if (at < this.#timerAt) this.#arm(at);
   }
 
   /**
-   * Counts a call's deadline from now again (its write completed). Nothing
-   * happens if the call has no deadline here any more.
+   * Counts the deadlines of calls from now again (their write completed),
+   * with one clock read. A call with no deadline here any more is left
+   * alone.
    *
-   * @param item The call.
+   * @param items The calls.
    */
-  restart(item: T): void {
-    const deadline = this.#entries.get(item.id);
-    if (deadline === undefined || deadline.item !== item) return;
-    deadline.startedAt = Date.now();
-    deadline.at = deadline.startedAt + item.timeoutMs;
+  restartAll(items: readonly T[]): void {
+    if (items.length === 0 || this.#stopped) return;
+    const now = Date.now();
+    for (const item of items) {
+      if (item.dueAt === 0) continue;
+      item.dueFrom = now;
+      item.dueAt = now + item.timeoutMs;
+    }
   }
 
   /**
    * Removes a call's deadline.
    *
-   * @param id The call's id.
+   * @param item The call.
    */
-  /**
-   * {@linkcode DeadlineQueue.restart} for several items, with one clock
-   * read.
-   *
-   * @param items The items.
-   */
-  restartAll(items: readonly T[]): void {
-    if (items.length === 0) return;
-    const now = Date.now();
-    for (const item of items) {
-      const deadline = this.#entries.get(item.id);
-      if (deadline === undefined || deadline.item !== item) continue;
-      deadline.startedAt = now;
-      deadline.at = now + item.timeoutMs;
-    }
+  delete(item: T): void {
+    item.dueAt = 0;
   }
 
-  delete(id: number): void {
-    this.#entries.delete(id);
-  }
-
-  /** Removes every deadline and the timer; later `add`s are ignored. */
+  /** Removes the timer; later `add`s are ignored. */
   stop(): void {
     this.#stopped = true;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#timerAt = Infinity;
-    this.#entries.clear();
   }
 
   #arm(at: number): void {
@@ -120,20 +113,21 @@ export class DeadlineQueue<T extends Timed> {
   #fire(): void {
     this.#timer = undefined;
     this.#timerAt = Infinity;
+    if (this.#stopped) return;
     const now = Date.now();
-    const due: Deadline<T>[] = [];
+    const due: { item: T; at: number; from: number }[] = [];
     let next = Infinity;
-    for (const deadline of this.#entries.values()) {
-      if (deadline.at <= now) due.push(deadline);
-      else if (deadline.at < next) next = deadline.at;
+    for (const item of this.#items()) {
+      const at = item.dueAt;
+      if (at === 0) continue;
+      if (at <= now) due.push({ item, at, from: item.dueFrom });
+      else if (at < next) next = at;
     }
     due.sort((a, b) => a.at - b.at);
-    for (const deadline of due) this.#entries.delete(deadline.item.id);
+    for (const { item } of due) item.dueAt = 0;
     // Armed before the callbacks run, so one that throws cannot leave the
     // later deadlines without a timer.
-    if (next < Infinity && !this.#stopped) this.#arm(next);
-    for (const deadline of due) {
-      this.#onDue(deadline.item, deadline.startedAt);
-    }
+    if (next < Infinity) this.#arm(next);
+    for (const { item, from } of due) this.#onDue(item, from);
   }
 }

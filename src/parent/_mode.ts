@@ -21,6 +21,7 @@ import {
   onCallAbort,
   type PendingCall,
   prepareCall,
+  type SettleHook,
 } from "./_call.ts";
 import { type CallHandle, refusedCall } from "./_stream.ts";
 import type {
@@ -85,7 +86,7 @@ export async function workerGone(
  * workers ({@linkcode ModeCore.admit}), list their live connections, and
  * drain and stop their workers on close.
  */
-export abstract class ModeCore {
+export abstract class ModeCore implements SettleHook {
   /** What kind of handle this is, for errors. */
   readonly kind: ModeKind;
   /** The resolved options. */
@@ -120,8 +121,11 @@ export abstract class ModeCore {
    * by whichever worker happens to be current when the loss is reported.
    */
   readonly #declaredIdempotent = new Set<string>();
-  /** Admitted calls not yet settled (so `force` can end them). */
-  readonly #unsettled = new Set<PendingCall>();
+  /**
+   * Admitted calls not yet settled (so `force` can end them): a list linked
+   * through the calls themselves, no collection to grow and shrink per call.
+   */
+  #unsettled: PendingCall | undefined;
   /** Wait and run time summaries and utilization. */
   protected readonly metrics: CallMetrics = new CallMetrics();
 
@@ -226,24 +230,14 @@ export abstract class ModeCore {
       return { refused: error };
     }
     this.counters.calls++;
-    this.#unsettled.add(call);
+    const first = this.#unsettled;
+    call.nextUnsettled = first;
+    if (first !== undefined) first.prevUnsettled = call;
+    this.#unsettled = call;
     this.metrics.admitted(call);
-    // This reaction also marks the call's rejection handled: a call the
-    // caller never awaits (a handle dropped, a call ended by close()) must
-    // not become an unhandled rejection. Counting from record.resolve and
-    // reject instead (no reaction per call) broke tests/parent/session_test.ts.
-    call.promise.then(
-      () => {
-        this.counters.completed++;
-        this.#unsettled.delete(call);
-        this.metrics.settled(call);
-      },
-      () => {
-        this.counters.failed++;
-        this.#unsettled.delete(call);
-        this.metrics.settled(call);
-      },
-    );
+    // Counted as it settles, with no promise reaction per call; a rejected
+    // call is marked handled there (see `_call.ts`).
+    call.hook = this;
     if (trace) traceEnd(trace, call.promise);
     onCallAbort(call, () => this.#abort(call, call.signal?.reason));
     return call;
@@ -296,6 +290,26 @@ export abstract class ModeCore {
     if (!call.settled) this.admit(call);
     this.metrics.placed(call);
     return handle;
+  }
+
+  /**
+   * A call admitted here settled: counts it and takes it off the list of
+   * unsettled calls.
+   *
+   * @param call The call.
+   * @param ok Whether it resolved.
+   */
+  callSettled(call: PendingCall, ok: boolean): void {
+    if (ok) this.counters.completed++;
+    else this.counters.failed++;
+    const prev = call.prevUnsettled;
+    const next = call.nextUnsettled;
+    if (prev !== undefined) prev.nextUnsettled = next;
+    else if (this.#unsettled === call) this.#unsettled = next;
+    if (next !== undefined) next.prevUnsettled = prev;
+    call.prevUnsettled = undefined;
+    call.nextUnsettled = undefined;
+    this.metrics.settled(call);
   }
 
   /** Aborts a call: out of the queue, or cancelled in its worker. */
@@ -466,9 +480,11 @@ export abstract class ModeCore {
     if (this.forced) return;
     this.forced = true;
     this.queue = [];
-    for (const call of [...this.#unsettled]) {
-      call.reject(this.closedError(call.op));
+    const unsettled: PendingCall[] = [];
+    for (let c = this.#unsettled; c !== undefined; c = c.nextUnsettled) {
+      unsettled.push(c);
     }
+    for (const call of unsettled) call.reject(this.closedError(call.op));
     for (const conn of this.connections()) conn.kill(FORCED_REASON, true);
     this.queueChanged();
   }

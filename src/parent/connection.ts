@@ -92,6 +92,15 @@ export interface CallRecord extends StreamableCall {
   resolve(value: unknown): void;
   /** Settles the call. */
   reject(error: unknown): void;
+  /**
+   * Its deadline in the connection that holds it (ms since the epoch); 0
+   * while it has none. Kept by the connection.
+   */
+  dueAt: number;
+  /** When that deadline started counting. Kept by the connection. */
+  dueFrom: number;
+  /** Its place in the order calls were written to that connection. */
+  writtenSeq: number;
 }
 
 /** What a connection tells its owner. */
@@ -172,8 +181,9 @@ export class Connection {
   #workerPid: number | undefined;
   #pending = new Map<number, CallRecord>();
   /** Deadlines of the calls written. */
-  #deadlines = new DeadlineQueue<CallRecord>((call, startedAt) =>
-    this.#timeout(call, startedAt)
+  #deadlines = new DeadlineQueue<CallRecord>(
+    (call, startedAt) => this.#timeout(call, startedAt),
+    () => this.#pending.values(),
   );
   #cancelling = new Map<number, ReturnType<typeof setTimeout>>();
   #log: WorkerLog;
@@ -197,8 +207,12 @@ export class Connection {
   #holdAhead = false;
   /** Calls written ahead (waiting in the worker's queue), deadline held, in order. */
   #ahead: CallRecord[] = [];
-  /** When each unanswered call was written here (a counter), by id. */
-  #writtenAt = new Map<number, number>();
+  /**
+   * When each call abandoned here (cancelled or timed out, and perhaps
+   * still running) and not answered yet was written (its `writtenSeq`), by
+   * id. A call in flight holds its own.
+   */
+  #abandonedAt = new Map<number, number>();
   #writes = 0;
 
   /** @internal Use {@linkcode startConnection}. */
@@ -336,7 +350,9 @@ export class Connection {
   send(call: CallRecord): boolean {
     call.attempts++;
     this.#pending.set(call.id, call);
-    if (this.#slots > 0) this.#writtenAt.set(call.id, this.#writes++);
+    call.writtenSeq = this.#writes++;
+    // A deadline it had in an earlier connection is not one here.
+    call.dueAt = 0;
     this.#syncRef();
     const ahead = this.#holdAhead &&
       this.#pending.size - this.#ahead.length > this.#slots;
@@ -387,10 +403,14 @@ export class Connection {
     if (this.#slots === 0 || !complete) return unstarted;
     // Every call written here and not answered, abandoned ones included (a
     // cancelled or timed-out call may hold its slot until the worker dies).
-    const byId = new Map(lost.map((call) => [call.id, call]));
-    const unanswered = [...this.#writtenAt]
-      .sort((a, b) => a[1] - b[1])
-      .map(([id]) => ({ call: byId.get(id) }));
+    const unanswered: { seq: number; call: CallRecord | undefined }[] = [];
+    for (const call of lost) {
+      unanswered.push({ seq: call.writtenSeq, call });
+    }
+    for (const seq of this.#abandonedAt.values()) {
+      unanswered.push({ seq, call: undefined });
+    }
+    unanswered.sort((a, b) => a.seq - b.seq);
     for (let index = this.#slots; index < unanswered.length; index++) {
       const call = unanswered[index]?.call;
       if (call) unstarted.add(call);
@@ -456,7 +476,8 @@ export class Connection {
 
   #abandon(call: CallRecord, reason: unknown, what: string): void {
     this.#pending.delete(call.id);
-    this.#deadlines.delete(call.id);
+    this.#deadlines.delete(call);
+    if (this.#slots > 0) this.#abandonedAt.set(call.id, call.writtenSeq);
     const ahead = this.#ahead.indexOf(call);
     if (ahead !== -1) this.#ahead.splice(ahead, 1);
     else this.#promote();
@@ -711,7 +732,7 @@ export class Connection {
     holdDeadline: (id, held) => {
       const call = this.#pending.get(id);
       if (!call || call.timeoutMs <= 0) return;
-      if (held) this.#deadlines.delete(id);
+      if (held) this.#deadlines.delete(call);
       else this.#deadlines.add(call);
     },
   };
@@ -748,9 +769,9 @@ export class Connection {
       case "error":
       case "end": {
         const call = this.#pending.get(message.id);
-        this.#writtenAt.delete(message.id);
         if (!call) {
           // Late answer to a call that timed out or was cancelled: dropped.
+          this.#abandonedAt.delete(message.id);
           const grace = this.#cancelling.get(message.id);
           if (grace !== undefined) {
             clearTimeout(grace);
@@ -761,7 +782,7 @@ export class Connection {
         }
         this.#pending.delete(message.id);
         try {
-          this.#deadlines.delete(message.id);
+          this.#deadlines.delete(call);
           if (this.#ahead.length > 0) this.#promote();
           this.#consecutiveTimeouts = 0;
           this.#syncRef();
@@ -903,7 +924,7 @@ export class Connection {
       lost,
       drained && !this.#truncated && !this.#protocolError,
     );
-    this.#writtenAt.clear();
+    this.#abandonedAt.clear();
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
     this.#cancelling.clear();
     if (!this.#hello) {
