@@ -15,7 +15,12 @@ import {
   resolveCallOptions,
   type ResolvedCallOptions,
 } from "./_resolve_options.ts";
-import { CallHandle, DEFAULT_WINDOW, type StreamState } from "./_stream.ts";
+import {
+  type CallCanceller,
+  CallHandle,
+  DEFAULT_WINDOW,
+  type StreamState,
+} from "./_stream.ts";
 import {
   type CallTraceContext,
   traceAttempt,
@@ -267,10 +272,18 @@ export function onCallAbort(call: PendingCall, onAbort: () => void): void {
 export function callHandle(
   call: PendingCall,
   settled: Promise<unknown>,
-  abort: (reason: unknown) => void,
+  abort: ((reason: unknown) => void) | CallCanceller,
   module: string,
 ): CallHandle {
-  if (call.totalTimeoutMs > 0) armTotalDeadline(call, abort, module);
+  if (call.totalTimeoutMs > 0) {
+    armTotalDeadline(
+      call,
+      typeof abort === "function"
+        ? abort
+        : (reason) => abort.cancelCall(call, reason),
+      module,
+    );
+  }
   return new CallHandle(call, settled, abort);
 }
 
@@ -339,6 +352,18 @@ export function prepareCall(
   defaults: { callTimeoutMs: number; idempotent: ReadonlySet<string> },
   trace?: CallTraceContext,
 ): PendingCall {
+  if (options === undefined) {
+    // No options: the defaults, without an object of them per call.
+    return createCall(
+      op,
+      args,
+      defaults.callTimeoutMs,
+      undefined,
+      defaults.idempotent.has(op),
+      NO_EXTRAS,
+      trace,
+    );
+  }
   const resolved = resolveCallOptions(options, defaults.callTimeoutMs);
   return createCall(
     op,

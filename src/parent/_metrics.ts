@@ -87,6 +87,43 @@ interface TimedCall {
   sentAt: number;
 }
 
+/**
+ * While a connection reads a batch of answers (see
+ * {@linkcode readingAnswers}): the clock as read once for it, -1 before.
+ */
+let answersAt = -1;
+let readingDepth = 0;
+
+/**
+ * Runs `read` (a connection handing the answers of one read to their
+ * calls) with one clock reading for the calls it settles: 64 answers of
+ * one read cost one `performance.now()` (~0.15 µs each on Deno), not 64.
+ * Nothing but airlock's own decoding runs meanwhile, except a progress
+ * callback, after which the clock is read again
+ * ({@linkcode clockMayHaveMoved}).
+ *
+ * @param read What to run.
+ */
+export function readingAnswers(read: () => void): void {
+  if (readingDepth++ === 0) answersAt = -1;
+  try {
+    read();
+  } finally {
+    if (--readingDepth === 0) answersAt = -1;
+  }
+}
+
+/** User code ran while answers were read: the next settle reads the clock. */
+export function clockMayHaveMoved(): void {
+  answersAt = -1;
+}
+
+function settleClock(): number {
+  if (readingDepth === 0) return performance.now();
+  if (answersAt < 0) answersAt = performance.now();
+  return answersAt;
+}
+
 /** `admittedAt` of a call being admitted (no clock read yet). */
 export const ADMITTED = -1;
 
@@ -158,7 +195,7 @@ export class CallMetrics {
    */
   settled(call: TimedCall): void {
     if (call.admittedAt === 0 || call.sentAt === 0) return;
-    const now = performance.now();
+    const now = settleClock();
     this.#run.record(now - call.sentAt);
     this.#advance(now);
     this.#running--;

@@ -23,7 +23,12 @@ import {
   prepareCall,
   type SettleHook,
 } from "./_call.ts";
-import { type CallHandle, refusedCall } from "./_stream.ts";
+import {
+  type CallCanceller,
+  type CallHandle,
+  refusedCall,
+  type StreamableCall,
+} from "./_stream.ts";
 import type {
   CallOptions,
   CloseOptions,
@@ -86,7 +91,7 @@ export async function workerGone(
  * workers ({@linkcode ModeCore.admit}), list their live connections, and
  * drain and stop their workers on close.
  */
-export abstract class ModeCore implements SettleHook {
+export abstract class ModeCore implements SettleHook, CallCanceller {
   /** What kind of handle this is, for errors. */
   readonly kind: ModeKind;
   /** The resolved options. */
@@ -281,12 +286,7 @@ export abstract class ModeCore implements SettleHook {
   handle(op: string, args: unknown[], options?: CallOptions): CallHandle {
     const call = this.#admitCall(op, args, options);
     if ("refused" in call) return refusedCall(op, call.refused);
-    const handle = callHandle(
-      call,
-      call.promise,
-      (reason) => this.#abort(call, reason),
-      this.options.label,
-    );
+    const handle = callHandle(call, call.promise, this, this.options.label);
     if (!call.settled) this.admit(call);
     this.metrics.placed(call);
     return handle;
@@ -310,6 +310,17 @@ export abstract class ModeCore implements SettleHook {
     call.prevUnsettled = undefined;
     call.nextUnsettled = undefined;
     this.metrics.settled(call);
+  }
+
+  /**
+   * Ends a call of this core early (its handle's iteration ended, or its
+   * whole-call deadline passed).
+   *
+   * @param call The call.
+   * @param reason Why.
+   */
+  cancelCall(call: StreamableCall, reason: unknown): void {
+    this.#abort(call as PendingCall, reason);
   }
 
   /** Aborts a call: out of the queue, or cancelled in its worker. */

@@ -275,6 +275,20 @@ function endedEarly(): Error {
 }
 
 /**
+ * Ends any call of its own with a reason (a mode core): one object for all
+ * its handles instead of a closure per call.
+ */
+export interface CallCanceller {
+  /**
+   * Ends a call early.
+   *
+   * @param call The call.
+   * @param reason Why.
+   */
+  cancelCall(call: StreamableCall, reason: unknown): void;
+}
+
+/**
  * What a call returns: awaitable like a promise (a streaming op then
  * resolves with all its values in an array), and async-iterable (a
  * streaming op's values one by one, with back-pressure). Ending the
@@ -288,7 +302,7 @@ export class CallHandle<T = unknown, Item = unknown>
   implements PromiseLike<T>, AsyncIterable<Item> {
   #call: StreamableCall;
   #settled: Promise<unknown>;
-  #cancel: (reason: unknown) => void;
+  #cancel: ((reason: unknown) => void) | CallCanceller;
   #outcome: Outcome | undefined;
   #promise: Promise<T> | undefined;
   #consumer: "await" | "iterate" | undefined;
@@ -299,12 +313,13 @@ export class CallHandle<T = unknown, Item = unknown>
    * @param call The record (its stream fields).
    * @param settled Settles as the call does: with the value, with
    *   {@linkcode STREAM_END}, or with the error.
-   * @param cancel Ends the call early with a reason (cancels it in the worker).
+   * @param cancel Ends the call early with a reason (cancels it in the
+   *   worker): a function, or the owner of the call.
    */
   constructor(
     call: StreamableCall,
     settled: Promise<unknown>,
-    cancel: (reason: unknown) => void,
+    cancel: ((reason: unknown) => void) | CallCanceller,
   ) {
     this.#call = call;
     this.#settled = settled;
@@ -438,7 +453,11 @@ export class CallHandle<T = unknown, Item = unknown>
         return finish();
       },
       return: (): Promise<IteratorResult<Item, undefined>> => {
-        if (!done && this.#outcome === undefined) this.#cancel(endedEarly());
+        if (!done && this.#outcome === undefined) {
+          const cancel = this.#cancel;
+          if (typeof cancel === "function") cancel(endedEarly());
+          else cancel.cancelCall(this.#call, endedEarly());
+        }
         return Promise.resolve(finish());
       },
     };

@@ -34,6 +34,7 @@ import {
   stdoutTarget,
 } from "../runtime/proc.ts";
 import { DeadlineQueue } from "./_deadlines.ts";
+import { clockMayHaveMoved, readingAnswers } from "./_metrics.ts";
 import {
   type ConnectionExit,
   exitReason,
@@ -676,7 +677,7 @@ export class Connection {
       while (true) {
         const value = await reader.read();
         if (value === undefined) break;
-        frames.push(value);
+        readingAnswers(() => frames.push(value));
       }
       this.#truncated = frames.end().truncated;
       this.#log.endStray();
@@ -808,6 +809,7 @@ export class Connection {
           } catch {
             // A throwing progress callback must not break the connection.
           }
+          clockMayHaveMoved();
         }
         return;
       }
