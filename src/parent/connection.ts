@@ -629,8 +629,7 @@ export class Connection {
     this.#requested = true;
     this.#syncRef();
     if (this.#hello && !this.#protocolError) {
-      this.#child.write(encodeMessage({ type: "shutdown", id: CONTROL_ID }))
-        .catch(() => {});
+      if (!this.#shutdownWritten) this.#writeShutdown();
     } else {
       this.#child.closeStdin();
     }
@@ -640,6 +639,25 @@ export class Connection {
     if (await this.#exitedWithin(graceMs)) return this.closed;
     this.#child.kill("SIGKILL");
     return this.closed;
+  }
+
+  /**
+   * Writes the shutdown message now, behind the calls already written: the
+   * worker exits as soon as they are answered, without waiting for the
+   * parent to read the answers (a one-shot's process is gone one round trip
+   * sooner). A later {@linkcode shutdown} only waits, and escalates.
+   */
+  endAfterCalls(): void {
+    if (this.#exit || !this.#hello || this.#protocolError) return;
+    if (!this.#shutdownWritten) this.#writeShutdown();
+  }
+
+  #shutdownWritten = false;
+
+  #writeShutdown(): void {
+    this.#shutdownWritten = true;
+    this.#child.write(encodeMessage({ type: "shutdown", id: CONTROL_ID }))
+      .catch(() => {});
   }
 
   #exitedWithin(ms: number): Promise<boolean> {
@@ -814,6 +832,8 @@ export class Connection {
         return;
       }
       case "shutdown-ack":
+        // Asked for (by endAfterCalls): the exit that follows is no crash.
+        if (this.#shutdownWritten) this.#requested = true;
         return;
       case "hello":
       case "fatal":

@@ -407,6 +407,10 @@ export function oneShot<D = unknown>(
       if (!call.settled) {
         noteSent(call, conn.pid);
         conn.send(call);
+        // The shutdown goes right behind the call: the worker exits once
+        // the call is answered (docs/PROTOCOL.md: calls written before a
+        // shutdown run and answer).
+        conn.endAfterCalls();
       }
       await call.promise.catch(() => {});
       await conn.shutdown(resolved.closeGraceMs);

@@ -10,12 +10,14 @@ import {
   WorkerStartError,
   WorkerTimeoutError,
 } from "../../mod.ts";
+import { liveWorkers } from "../../testing.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
 import type sqlite from "../fixtures/sqlite_worker.ts";
 import {
   captureLog,
   checkNoLeaks,
   fixture,
+  isAlive,
   liveChildren,
   needsWorkers,
   until,
@@ -73,6 +75,33 @@ describe("oneShot()", needsWorkers(), () => {
         assert.equal((error as Error).message, "done");
       }
       await until(() => liveChildren().length === 0, 30_000, "processes gone");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("oneShot() a worker exits once its call is answered, without waiting for the parent to read the answer", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "airlock-oneshot-"));
+    try {
+      const log = join(dir, "log");
+      const run = oneShot<typeof behaviour>(worker, {
+        ...captureLog(),
+        permissions: { write: [dir] },
+      });
+      const answer = run.appendThenWait(log, "started", 500);
+      await until(() => readLines(log).length === 1, 30_000, "call started");
+      const [live] = liveWorkers();
+      assert.ok(live, "the call's process is live");
+      // From here this parent's event loop is blocked: it cannot read the
+      // answer, let alone ask the worker to exit after it. The shutdown
+      // went with the call.
+      const pause = new Int32Array(new SharedArrayBuffer(4));
+      const deadline = Date.now() + 30_000;
+      while (isAlive(live.pid) && Date.now() < deadline) {
+        Atomics.wait(pause, 0, 0, 5);
+      }
+      assert.equal(isAlive(live.pid), false, "it exited by itself");
+      assert.equal(await answer, "started", "its answer still counts");
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
