@@ -88,7 +88,15 @@ let budgetLimit = 0;
 /** Longer arrays are not allocated at their full length up front. */
 const PREALLOCATE_MAX_ITEMS = 4096;
 
-const TEXT_CACHE_BITS = 10;
+/**
+ * Short ASCII texts (up to 8 bytes) are kept by a hash of their bytes in
+ * 4,096 slots, so that the distinct short values of a batch of rows (ids,
+ * codes, `"x1"` to `"x999"`) mostly hit: with 1,024 slots, 1,000 distinct
+ * texts missed about a third of the time, and decoding the rich benchmark
+ * payload took ~8% longer on both runtimes. At most 4,096 strings of up to
+ * 8 characters are kept.
+ */
+const TEXT_CACHE_BITS = 12;
 const TEXT_CACHE_SHIFT = 32 - TEXT_CACHE_BITS;
 const textCache: (string | undefined)[] = new Array<string | undefined>(
   1 << TEXT_CACHE_BITS,
