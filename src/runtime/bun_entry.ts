@@ -14,7 +14,8 @@
  * kept in `~/.cache` could be rewritten by a worker of any later program
  * granted write there, and no mark stored beside it can prove otherwise.
  * The parent keeps the bundle's SHA-256 in memory and checks the file
- * against it before every worker start; a bundle that changed (or lies where
+ * against it before every worker start (hashing it again whenever its
+ * inode, size, mtime or ctime changed); a bundle that changed (or lies where
  * a worker of this process may write, see launch/command.ts) is not used
  * again, and workers run `workers/entry.ts` itself: slower, never less
  * confined (the bundle is mounted read-only like the rest of airlock's code).
@@ -37,6 +38,7 @@ import {
   readFileSync,
   rmSync,
   spawnSync,
+  statSync,
   tmpdir,
 } from "./node_builtins.ts";
 
@@ -115,10 +117,45 @@ function build(
   return { file, sha256: sha256(readFileSync(file)) };
 }
 
-/** Whether the file still holds exactly what was built. */
+/**
+ * The file's identity and last change (device, inode, size, mtime, ctime),
+ * as recorded when its bytes were last hashed here: `file` to stamp.
+ */
+const verified = new Map<string, string>();
+
+/**
+ * How old a file's last change must be for its stamp to be kept, in ms:
+ * file times tick coarsely (a clock tick), so a second change within the
+ * tick of the first could leave the same stamp.
+ */
+const SETTLED_MS = 1_000;
+
+function stampOf(file: string): { stamp: string; settled: boolean } {
+  const stat = statSync(file);
+  return {
+    stamp:
+      `${stat.dev}:${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`,
+    settled: Date.now() - stat.ctimeMs > SETTLED_MS,
+  };
+}
+
+/**
+ * Whether the file still holds exactly what was built. Hashed again only
+ * when its stamp changed since the last hash: a write changes its mtime and
+ * ctime (which no process can set back without changing the system clock),
+ * a replacement its inode; a stamp is kept only once the last change is
+ * older than a clock tick. This check only chooses between the bundle and
+ * the entry itself; what keeps a changed bundle from running is the loader,
+ * which hashes the very bytes it runs against the parent's hash.
+ */
 function intact(built: BunEntryBundle): boolean {
   try {
-    return sha256(readFileSync(built.file)) === built.sha256;
+    const { stamp, settled } = stampOf(built.file);
+    if (verified.get(built.file) === stamp) return true;
+    if (sha256(readFileSync(built.file)) !== built.sha256) return false;
+    // Stamped before reading: a write during the read changes the stamp.
+    if (settled) verified.set(built.file, stamp);
+    return true;
   } catch {
     return false;
   }

@@ -11,6 +11,7 @@ import {
   readFileSync,
   realpathSync,
   statSync,
+  utimesSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -97,6 +98,21 @@ describe("bunEntryBundle()", () => {
     // Put back as it was, still refused: a bundle once changed is never
     // trusted again in this process.
     writeFileSync(bundle.file, source);
+    assert.equal(bunEntryBundle(bun, entry, env, onExit), undefined);
+  });
+
+  test("bunEntryBundle() refuses a bundle rewritten to the same size with its mtime put back", () => {
+    using dir = scratchDir("bun-entry");
+    const entry = tree(dir.join("a"), "built");
+    const env = { PATH: "/usr/bin:/bin" };
+    const bundle = bunEntryBundle(bun, entry, env, onExit);
+    assert.ok(bundle, "a bundle was built");
+    assert.deepEqual(bunEntryBundle(bun, entry, env, onExit), bundle);
+    const before = statSync(bundle.file);
+    const source = readFileSync(bundle.file, "utf8");
+    writeFileSync(bundle.file, source.replace("built", "BUILT"));
+    utimesSync(bundle.file, before.atime, before.mtime);
+    assert.equal(statSync(bundle.file).size, before.size);
     assert.equal(bunEntryBundle(bun, entry, env, onExit), undefined);
   });
 
