@@ -87,6 +87,12 @@ describe("the module graph of mod.ts", () => {
     );
   });
 
+  test("only this runtime's adapter loads (detect.ts)", () => {
+    for (const path of ["src/runtime/bun.ts", "src/runtime/deno.ts"]) {
+      assert.ok(!eager.includes(path), `${path} loads on every runtime`);
+    }
+  });
+
   test("the code loaded later is still in the graph (compile, publish)", () => {
     const all = [...graph.keys()].map((specifier) =>
       specifier.startsWith("file:")
@@ -103,6 +109,8 @@ describe("the module graph of mod.ts", () => {
         "src/protocol/decode_value.ts",
         "src/worker/main.ts",
         "src/worker/stdout_guard.ts",
+        "src/runtime/bun.ts",
+        "src/runtime/deno.ts",
       ]
     ) {
       assert.ok(all.includes(path), `${path} is not in mod.ts's graph`);
