@@ -67,6 +67,7 @@ const LOADED_LATER = [
   /^src\/runtime\/bun_entry\.ts$/,
   /^src\/worker\//,
   /^src\/parent\/connection\.ts$/,
+  /^src\/parent\/_start_worker\.ts$/,
   /^src\/parent\/_start_error\.ts$/,
   /^src\/parent\/_hints\.ts$/,
   // The decoder: a parent decodes only once a worker answers.
@@ -106,6 +107,7 @@ describe("the module graph of mod.ts", () => {
         "src/runtime/launch/exit.ts",
         "src/runtime/confine/wrapper.ts",
         "src/parent/connection.ts",
+        "src/parent/_start_worker.ts",
         "src/protocol/decode_value.ts",
         "src/worker/main.ts",
         "src/worker/stdout_guard.ts",

@@ -1,0 +1,207 @@
+/**
+ * Starting a worker, loaded on the first start (see _launch.ts, which
+ * exports it as `launchWorker`): the command, the code cache's warm-up, the
+ * spawn, the ready handshake, `setup` replay, and respawns after a crash
+ * during start. It imports the launch code (src/runtime/launch/, the OS
+ * sandbox and confinement builders, the code cache, the Bun entry) and the
+ * connection, so none of them loads when airlock is imported
+ * (tests/runtime/import_graph_test.ts). Private to src/parent.
+ *
+ * @module
+ */
+
+import { WorkerStartError, WorkerTimeoutError } from "../errors.ts";
+import type { RuntimeAdapter } from "../runtime/types.ts";
+import { buildWorkerCommand } from "../runtime/launch/command.ts";
+import { wrapperFailure } from "../runtime/launch/exit.ts";
+import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
+import type { WorkerCommand } from "../runtime/launch/types.ts";
+import {
+  type CallRecord,
+  type Connection,
+  type ConnectionEvents,
+  startConnection,
+} from "./connection.ts";
+import { crashError } from "./_exit.ts";
+import { startFault } from "./_faults.ts";
+import type { ResolvedWorkerOptions } from "./options.ts";
+import { publishExit, publishStart, type WorkerMode } from "./_events.ts";
+import { asStartError, runSetup } from "./_launch.ts";
+
+/** Backoff before respawn number n (1-based), in ms. */
+function backoffMs(attempt: number): number {
+  return Math.min(1_000, 50 * 4 ** (attempt - 1));
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Events routed to whoever owns the connection now. */
+export interface RoutedEvents extends ConnectionEvents {
+  /** Replaces the target of the events. */
+  route(target: ConnectionEvents): void;
+}
+
+/**
+ * Events that go to a target that can be swapped once the start is done.
+ *
+ * @param initial Where events go first.
+ * @returns The routed events.
+ */
+export function routedEvents(initial: ConnectionEvents): RoutedEvents {
+  let target = initial;
+  return {
+    onLost: (calls, exit, unstarted) => target.onLost(calls, exit, unstarted),
+    onTimeout: (call) => target.onTimeout(call),
+    onSlotFree: () => target.onSlotFree?.(),
+    onStarted: (call) => target.onStarted?.(call),
+    route(next) {
+      target = next;
+    },
+  };
+}
+
+/** Events during start: setup calls lost in a crash fail with the crash. */
+function startEvents(module: string): ConnectionEvents {
+  return {
+    onLost(calls: CallRecord[], exit) {
+      for (const call of calls) call.reject(crashError(module, call, exit));
+    },
+    onTimeout() {},
+  };
+}
+
+/**
+ * Failures a respawn would repeat (and a start that used up its whole
+ * deadline: retrying would multiply the wait the caller asked for).
+ */
+function isFinal(error: unknown): boolean {
+  return error instanceof WorkerTimeoutError ||
+    (error instanceof WorkerStartError &&
+      (error.failure === "import" || error.failure === "definition" ||
+        error.failure === "spawn" || error.failure === "setup" ||
+        // A wrapper (bubblewrap, setpriv, the Landlock step) that could not
+        // start the worker fails the same way again: spawn-class.
+        (error.failure === "exited" &&
+          wrapperFailure(error.stderrTail ?? "") !== undefined)));
+}
+
+/**
+ * Publishes a ready worker's start and, later, its exit (each only if
+ * someone listens then).
+ *
+ * @param conn The ready worker.
+ * @param module The worker module.
+ * @param mode The kind of handle it serves.
+ */
+function published(conn: Connection, module: string, mode: WorkerMode): void {
+  publishStart(() => ({
+    pid: conn.pid,
+    module,
+    mode,
+    startedAt: conn.startedAt,
+    startMs: Date.now() - conn.startedAt,
+    runtime: conn.hello?.runtime ?? "",
+    sandboxes: conn.sandboxes,
+  }));
+  conn.closed.then((exit) =>
+    publishExit(() => ({
+      pid: exit.pid,
+      module,
+      mode,
+      exitCode: exit.code,
+      signal: exit.signal,
+      requested: exit.requested,
+      reason: exit.reason,
+      uptimeMs: Date.now() - conn.startedAt,
+    }))
+  );
+}
+
+/**
+ * The start behind `launchWorker` (_launch.ts, which documents it).
+ *
+ * @param options The resolved options.
+ * @param adapter The parent's runtime.
+ * @param events Where the connection's events go once started.
+ * @param mode The kind of handle it serves, for the start and exit events.
+ * @param signal The caller's abort: stops the wait for the warm-up.
+ * @returns The ready connection.
+ */
+export async function startWorker(
+  options: ResolvedWorkerOptions,
+  adapter: RuntimeAdapter,
+  events: ConnectionEvents,
+  mode: WorkerMode,
+  signal?: AbortSignal,
+): Promise<Connection> {
+  let lastError: unknown;
+  const attempts = options.maxRetries + 1;
+  const since = Date.now();
+  let first: WorkerCommand | undefined = buildWorkerCommand(
+    options,
+    adapter,
+  );
+  if (
+    !(await warmUpCodeCache(
+      options,
+      adapter,
+      first,
+      options.startTimeoutMs,
+      signal,
+    ))
+  ) {
+    // A module that hangs at import (or a machine too loaded): the worker
+    // would not be ready either.
+    throw new WorkerTimeoutError({
+      module: options.label,
+      pid: undefined,
+      timeoutMs: options.startTimeoutMs,
+      elapsedMs: Date.now() - since,
+      phase: "start",
+    });
+  }
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    if (attempt > 1) await delay(backoffMs(attempt - 1));
+    const routed = routedEvents(startEvents(options.label));
+    const command = first ?? buildWorkerCommand(options, adapter);
+    first = undefined;
+    const conn = startConnection({
+      adapter,
+      command,
+      maxFrameBytes: options.maxFrameBytes,
+      startTimeoutMs: options.startTimeoutMs,
+      cancelGraceMs: options.cancelGraceMs,
+      onLog: options.onLog,
+      events: routed,
+      grants: { permissions: options.permissions, cwd: options.cwd },
+    });
+    if (startFault(options, conn)) {
+      conn.kill("its start was made to fail by the test kit (failNextStart)");
+    }
+    try {
+      await conn.ready;
+      await runSetup(conn, options, conn.startedAt);
+      routed.route(events);
+      published(conn, options.label, mode);
+      return conn;
+    } catch (error: unknown) {
+      conn.kill("the start failed", true);
+      await conn.closed;
+      lastError = asStartError(error, options, conn);
+      if (isFinal(lastError)) throw lastError;
+    }
+  }
+  if (attempts === 1) throw lastError;
+  const last = lastError instanceof Error
+    ? lastError.message
+    : String(lastError);
+  throw new WorkerStartError({
+    module: options.label,
+    failure: "retries",
+    detail:
+      `it failed to start ${attempts} times in a row (maxRetries ${options.maxRetries}); last failure: ${last}`,
+    cause: lastError,
+  });
+}
