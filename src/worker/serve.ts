@@ -67,6 +67,8 @@ interface Running {
   progressPending: { value: unknown } | undefined;
   /** Sends the held-back progress value. */
   progressTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Set once its slot is free: later progress is dropped. */
+  done: boolean;
 }
 
 /**
@@ -149,14 +151,31 @@ export async function serve(
   /** Whether the parent sent `limit` (it writes calls ahead). */
   let limited = false;
   /**
-   * The calls running, with their abort controllers. A controller is made
-   * when the handler first reads `this.signal` or a cancel arrives: most
-   * handlers never look, and one costs ~0.2 µs per call on Bun.
+   * Calls holding a slot: running, or (under `limit`) answered and not yet
+   * written.
+   */
+  let active = 0;
+  /**
+   * The calls that went asynchronous (a thenable or a stream), which a
+   * cancel or credit may still reach, with their abort controllers. A call
+   * answered in the turn it started is never here: nothing can reach it
+   * meanwhile (a map entry made and removed per call cost its table's
+   * churn). A controller is made when the handler first reads `this.signal`
+   * or a cancel arrives: most handlers never look, and one costs ~0.2 µs
+   * per call on Bun.
    */
   const running = new Map<number, Running>();
   const waiting: CallMessage[] = [];
   let shuttingDown = false;
   let onDrained: (() => void) | undefined;
+
+  /** The last write's promise, and the same never rejecting. */
+  let lastWrite: Promise<void> | undefined;
+  let lastSent: Promise<void> = Promise.resolve();
+  const writeFailed = (): void => {
+    // stdout is gone: the parent is gone.
+    adapter.exit(0);
+  };
 
   const send = (message: Message): Promise<void> => {
     let chunks: Uint8Array[];
@@ -182,14 +201,18 @@ export async function serve(
       }
       throw error;
     }
-    return stdio.write(chunks).catch(() => {
-      // stdout is gone: the parent is gone.
-      adapter.exit(0);
-    });
+    // Messages sent in one turn share one write (and its promise): one
+    // handler per write, not per message.
+    const written = stdio.write(chunks);
+    if (written !== lastWrite) {
+      lastWrite = written;
+      lastSent = written.catch(writeFailed);
+    }
+    return lastSent;
   };
 
   const checkDrained = (): void => {
-    if (onDrained && running.size === 0 && waiting.length === 0) onDrained();
+    if (onDrained && active === 0 && waiting.length === 0) onDrained();
   };
 
   /** Sends the progress value the throttle held back, if any. */
@@ -221,7 +244,7 @@ export async function serve(
    * the call's answer).
    */
   const progress = (id: number, state: Running, value: unknown): void => {
-    if (!running.has(id)) return;
+    if (state.done) return;
     state.progressPending = { value };
     const wait = state.progressAt + PROGRESS_INTERVAL_MS - Date.now();
     if (wait <= 0) {
@@ -342,36 +365,41 @@ export async function serve(
    * before it is missing, so a worker killed with the answer still in its
    * writer must not have started the next one.
    */
-  const release = (id: number, sent: Promise<void>): void => {
-    const free = (): void => {
-      running.delete(id);
-      const next = waiting.shift();
-      if (next) run(next);
-      else checkDrained();
-    };
-    if (limited) sent.then(free);
-    else free();
+  const release = (id: number, state: Running, sent: Promise<void>): void => {
+    if (limited) sent.then(() => free(id, state));
+    else free(id, state);
+  };
+
+  const free = (id: number, state: Running): void => {
+    state.done = true;
+    if (running.size > 0) running.delete(id);
+    active--;
+    const next = waiting.shift();
+    if (next) run(next);
+    else checkDrained();
   };
 
   /** Answers a call with its handler's value (a stream: its values, then `end`). */
   const answer = (call: CallMessage, state: Running, value: unknown): void => {
     const iterator = streamOf(value);
     if (iterator) {
+      // Credit and cancel reach it from now on.
+      running.set(call.id, state);
       pump(call, state, iterator).then(() => {
         flushProgress(call.id, state);
-        release(call.id, send({ type: "end", id: call.id }));
+        release(call.id, state, send({ type: "end", id: call.id }));
       }, (error: unknown) => fail(call, state, error));
       return;
     }
     flushProgress(call.id, state);
     // Written in order after anything sent before (send() never rejects).
-    release(call.id, send({ type: "result", id: call.id, value }));
+    release(call.id, state, send({ type: "result", id: call.id, value }));
   };
 
   /** Answers a call with what its handler threw (or rejected with). */
   const fail = (call: CallMessage, state: Running, error: unknown): void => {
     flushProgress(call.id, state);
-    release(call.id, send({ type: "error", id: call.id, error }));
+    release(call.id, state, send({ type: "error", id: call.id, error }));
   };
 
   /**
@@ -388,8 +416,9 @@ export async function serve(
       progressAt: 0,
       progressPending: undefined,
       progressTimer: undefined,
+      done: false,
     };
-    running.set(call.id, state);
+    active++;
     let value: unknown;
     try {
       const handler = handlers[call.op];
@@ -418,7 +447,9 @@ export async function serve(
       settle(call, state, value);
       return;
     }
-    // A promise or any thenable: adopted as `await` would.
+    // A promise or any thenable: adopted as `await` would. A cancel reaches
+    // it from now on.
+    running.set(call.id, state);
     let adopted: Promise<unknown>;
     try {
       adopted = Promise.resolve(value);
@@ -451,7 +482,7 @@ export async function serve(
             id: message.id,
             error: shutdownError(message.op),
           });
-        } else if (running.size < concurrency) {
+        } else if (active < concurrency) {
           run(message);
         } else {
           waiting.push(message);
