@@ -343,6 +343,15 @@ function spawnBun(request: SpawnRequest): ChildHandle {
   });
   let stdinOpen = true;
   let referenced = true;
+  /** Whether an unreference waits for the end of the turn. */
+  let unrefDue = false;
+  const unrefNow = (): void => {
+    if (!unrefDue) return;
+    unrefDue = false;
+    referenced = false;
+    child.unref();
+    if (!gone) gate.set(false);
+  };
   const write = sinkWriter(child.stdin);
   return {
     pid,
@@ -373,11 +382,20 @@ function spawnBun(request: SpawnRequest): ChildHandle {
     },
     setRef(ref) {
       // Called on every send and answer: only a change reaches the runtime.
-      if (ref === referenced) return;
-      referenced = ref;
-      if (ref) child.ref();
-      else child.unref();
-      if (!gone) gate.set(ref);
+      if (ref) {
+        unrefDue = false;
+        if (referenced) return;
+        referenced = true;
+        child.ref();
+        if (!gone) gate.set(true);
+        return;
+      }
+      if (!referenced || unrefDue) return;
+      // Once this turn is over, if no call came meanwhile: calls one after
+      // another (an answer, then the next call in the same turn) would
+      // otherwise release and take the pipes' readers again on every call.
+      unrefDue = true;
+      setImmediate(unrefNow);
     },
   };
 }
