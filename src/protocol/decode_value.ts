@@ -368,9 +368,14 @@ function decodeItem(depth: number): unknown {
     case 6:
       return decodeTag(info < 24 ? info : readArgument(info), depth);
     default:
+      // false, true, null, undefined: without a call.
+      if (info >= 20 && info <= 23) return SIMPLE_VALUES[info - 20];
       return decodeSimple(info);
   }
 }
+
+/** The simple values 20 to 23. */
+const SIMPLE_VALUES: readonly unknown[] = [false, true, null, undefined];
 
 function readUint64(negative: boolean): number | bigint {
   if (at + 8 > end) throw truncated();
@@ -435,6 +440,14 @@ function decodeHalf(half: number): number {
 
 /** Decodes `n` UTF-8 bytes at `at` (the length is already checked). */
 function readText(n: number): string {
+  if (n === 1) {
+    // One ASCII character: engines keep these strings, no cache needed.
+    const c = data[at]!;
+    if (c < 0x80) {
+      at++;
+      return String.fromCharCode(c);
+    }
+  }
   if (n <= 8) return readShortText(n);
   if (n < 24) {
     const start = at;
