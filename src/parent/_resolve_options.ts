@@ -19,7 +19,7 @@ import {
 } from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
-import { defaultLogSink } from "./_log.ts";
+import { defaultLogSink } from "./_log_sink.ts";
 import { envNameProblem, resolvePermissions } from "../runtime/permissions.ts";
 import { isEmbeddedPath } from "../runtime/self_exec.ts";
 import {

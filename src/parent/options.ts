@@ -14,7 +14,7 @@ import type {
   PermissionsOption,
   ResolvedPermissions,
 } from "../runtime/permissions.ts";
-import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
+import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame_header.ts";
 import type { StateOptions } from "./state_scope.ts";
 import type { HandlersOf, OpOf } from "./proxy.ts";
 import { SANDBOX_MODES, type SandboxMode } from "../runtime/launch/types.ts";

@@ -9,7 +9,7 @@
  */
 
 import { type CrossingDirection, encodeValue } from "./encode_value.ts";
-import { FRAME_HEADER_BYTES, frameInPlace } from "./frame.ts";
+import { FRAME_HEADER_BYTES, frameInPlace } from "./frame_header.ts";
 import type { Message } from "./messages.ts";
 
 /** Values of a stream in flight (sent, not yet credited) when a call sets no window. */

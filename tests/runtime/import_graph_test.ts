@@ -70,8 +70,10 @@ const LOADED_LATER = [
   /^src\/parent\/_start_worker\.ts$/,
   /^src\/parent\/_start_error\.ts$/,
   /^src\/parent\/_hints\.ts$/,
-  // The decoder: a parent decodes only once a worker answers.
+  // The reading side: a parent reads frames only once a worker runs.
   /^src\/protocol\/decode_value\.ts$/,
+  /^src\/protocol\/frame\.ts$/,
+  /^src\/parent\/_log\.ts$/,
 ];
 
 describe("the module graph of mod.ts", () => {
