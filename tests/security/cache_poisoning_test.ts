@@ -144,6 +144,21 @@ describe("the Bun entry bundle", { skip: sandboxSkip() }, () => {
     );
     assert.notEqual(clean.status, 3, clean.stderr);
     assert.doesNotMatch(clean.stderr, /not the one the parent built/);
+    // A bundle gone or emptied is refused too, never a crash or a fallback.
+    const empty = dir.join("entry-empty.js");
+    writeFileSync(empty, "");
+    for (const path of [dir.join("entry-missing.js"), empty]) {
+      const gone = spawnSync(
+        bun,
+        ["--no-env-file", loader, path, sha256, module],
+        { encoding: "utf8", input: "", timeout: 60_000 },
+      );
+      assert.equal(gone.status, 3, gone.stderr);
+      assert.match(
+        gone.stderr,
+        /cannot read the pre-bundled entry|is not the one the parent built/,
+      );
+    }
   });
 
   test("a bun worker granted write where the bundle lies plants no code in a later bun worker of this process", async () => {
