@@ -1,11 +1,11 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  denoPermissionFlags,
   isGranted,
   type PermissionsOption,
   resolvePermissions,
 } from "../../src/runtime/permissions.ts";
+import { denoPermissionFlags } from "../../src/runtime/launch/deno_command.ts";
 
 const CWD = "/srv/app";
 

@@ -7,12 +7,103 @@
  * @module
  */
 
-import { dirname, existsSync, join } from "../node_builtins.ts";
+import { dirname, existsSync, isAbsolute, join } from "../node_builtins.ts";
 import {
-  denoPermissionFlags,
+  dedupe,
+  PERMISSION_KINDS,
   type ResolvedPermissions,
 } from "../permissions.ts";
+import { describe } from "../../_validate.ts";
 import { denoCacheMounts } from "./mounts.ts";
+
+/**
+ * Deno's permission flags for resolved permissions: `["-A"]` for `"all"`,
+ * otherwise `--no-prompt` followed by one `--allow-<kind>[=<scopes>]` per
+ * granted kind. Nothing granted gives `["--no-prompt"]`.
+ *
+ * The environment follows one rule on both runtimes: a variable given to
+ * the worker is readable without a grant, and one not given is absent
+ * (`undefined`, never a throw). So unless `env` is granted wholesale, the
+ * given names join `--allow-env`, and `--ignore-env` makes every other name
+ * read as `undefined` (Deno would throw `NotCapable`); this also hides what
+ * Deno and airlock add to a worker's environment (`DENO_DIR`, Deno's `PATH`
+ * shim) unless given.
+ *
+ * @param permissions The resolved permissions.
+ * @param extraRead Paths the worker must read besides its grants (merged into
+ * `--allow-read` unless read is granted wholesale). A worker started through
+ * a `data:` main module that imports its module statically needs none: see
+ * docs/permissions.md.
+ * @param givenEnv The names of the environment variables the worker is given
+ * (its `env` and `inheritEnv`).
+ * @returns The flags, to put between `deno run` and the main module.
+ * @throws {RangeError} when an extra read path is relative or contains a
+ * comma, or a given variable name is empty or contains a comma.
+ *
+ * @example
+ * ```ts
+ * import { denoPermissionFlags } from "./deno_command.ts";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const resolved = resolvePermissions(
+ *   { read: ["./data"], net: ["localhost:8080"], env: true },
+ *   "/app",
+ * );
+ * assert.deepEqual(denoPermissionFlags(resolved, []), [
+ *   "--no-prompt",
+ *   "--allow-read=/app/data",
+ *   "--allow-net=localhost:8080",
+ *   "--allow-env",
+ * ]);
+ * assert.deepEqual(denoPermissionFlags(resolvePermissions("all", "/"), []), ["-A"]);
+ * assert.deepEqual(
+ *   denoPermissionFlags(resolvePermissions({ env: ["HOME"] }, "/"), [], ["TOKEN"]),
+ *   ["--no-prompt", "--allow-env=HOME,TOKEN", "--ignore-env"],
+ * );
+ * ```
+ */
+export function denoPermissionFlags(
+  permissions: ResolvedPermissions,
+  extraRead: readonly string[],
+  givenEnv: readonly string[] = [],
+): string[] {
+  if (permissions.all) return ["-A"];
+  givenEnv.forEach((name) => {
+    if (typeof name !== "string" || name === "" || name.includes(",")) {
+      throw new RangeError(
+        `Invalid option "env": the variable name ${
+          describe(name)
+        } cannot be granted to a Deno worker (--allow-env cannot express an empty name or a comma)`,
+      );
+    }
+  });
+  extraRead.forEach((path, index) => {
+    if (typeof path !== "string" || !isAbsolute(path) || path.includes(",")) {
+      throw new RangeError(
+        `Invalid extra read path [${index}]: expected an absolute path without a comma, received ${
+          describe(path)
+        }`,
+      );
+    }
+  });
+  const flags = ["--no-prompt"];
+  for (const kind of PERMISSION_KINDS) {
+    let scopes = permissions[kind];
+    if (kind === "read" && scopes !== true && extraRead.length > 0) {
+      scopes = dedupe([...scopes, ...extraRead]);
+    }
+    if (kind === "env" && scopes !== true && givenEnv.length > 0) {
+      scopes = dedupe([...scopes, ...givenEnv]);
+    }
+    if (scopes === true) flags.push(`--allow-${kind}`);
+    else if (scopes.length > 0) {
+      flags.push(`--allow-${kind}=${scopes.join(",")}`);
+    }
+  }
+  if (permissions.env !== true) flags.push("--ignore-env");
+  return flags;
+}
 
 /**
  * The source of the main module a Deno worker runs: a `data:` module that
