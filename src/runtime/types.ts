@@ -52,8 +52,8 @@ export interface ChildHandle {
 
 /** The worker side's pipes. */
 export interface WorkerStdio {
-  /** The process's stdin. */
-  readonly input: ReadableStream<Uint8Array>;
+  /** The process's stdin, chunk by chunk. */
+  readonly input: AsyncIterable<Uint8Array>;
   /** Writes chunks to stdout, in order after earlier writes. */
   write(chunks: readonly Uint8Array[]): Promise<void>;
 }
