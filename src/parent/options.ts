@@ -401,18 +401,24 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    */
   concurrency?: number;
   /**
-   * Calls written ahead to a worker whose slots (`concurrency`) are full:
-   * they wait in the worker's queue and start the moment a running call
-   * ends, without a round trip through the parent. Their deadlines
-   * (`timeoutMs`) start when they start. If the worker crashes, the calls it
-   * had not started go back to the queue whatever their op (they never ran).
-   * A call written ahead waits for the calls before it on that worker even if
-   * another worker becomes free (a long call holds up to this many behind
-   * it; nothing is written ahead behind a stream that has started); `0`
-   * turns it off. Applies to workers speaking message
-   * version 3 (the TypeScript and Python workers; see docs/PROTOCOL.md).
+   * The most calls written ahead to a worker whose slots (`concurrency`) are
+   * full: they wait in the worker's queue and start the moment a running
+   * call ends, without a round trip through the parent. How many a worker is
+   * given is adaptive, like a TCP window: it starts at 1, doubles each time
+   * the worker is left with nothing queued behind its running calls while
+   * calls wait in the pool's queue, and is capped by this number and by about
+   * 4 ms of work at the worker's recent time per call (a call of more than 8 ms
+   * closes it to 0 at once; short calls open it again). Written-ahead calls'
+   * deadlines (`timeoutMs`) start when they start. If the worker crashes,
+   * the calls it had not started go back to the queue whatever their op
+   * (they never ran). A call written ahead cannot be taken back: it waits for
+   * the calls before it on that worker even if another worker becomes free,
+   * so a surprise long call holds up at most the window (never more than
+   * this many); nothing is written ahead behind a stream that has started.
+   * `0` turns it off. Applies to workers speaking message version 3 (the
+   * TypeScript and Python workers; see docs/PROTOCOL.md).
    *
-   * @default {2}
+   * @default {16}
    */
   pipeline?: number;
   /**
@@ -492,8 +498,8 @@ export const DEFAULTS = Object.freeze(
     maxQueue: 10_000,
     /** Calls one pool worker runs at once. */
     concurrency: 1,
-    /** Calls written ahead to a busy pool worker. */
-    pipeline: 2,
+    /** Most calls written ahead to a busy pool worker. */
+    pipeline: 16,
     /** One-shot runners keep no spare processes. */
     spares: 0,
   } as const,

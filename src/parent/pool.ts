@@ -172,7 +172,31 @@ interface PoolWorker {
   keys: Set<CallKey>;
   /** Calls it may hold: `concurrency`, plus `pipeline` if it honours `limit`. */
   capacity: number;
+  /**
+   * Calls it may have written ahead now (0 up to `capacity - concurrency`):
+   * grows while it runs out of work with calls queued, shrinks as its calls
+   * get longer (see {@linkcode PoolCore.#adapt}).
+   */
+  window: number;
+  /**
+   * Its recent time per answered call in ms (each new figure weighs half),
+   * as the parent sees it: from the answers before, or from when it was
+   * given a call while idle.
+   */
+  perCallMs: number;
+  /** When it last became busy or answered (`performance.now()`). */
+  markAt: number;
+  /** Calls it had answered then. */
+  answered: number;
 }
+
+/**
+ * How long, in ms, the calls written ahead to a worker may be expected to
+ * wait in its queue: a worker is given at most this long of work ahead (from
+ * its recent time per call), so written-ahead calls are held up only behind
+ * calls that were short so far.
+ */
+const AHEAD_BUDGET_MS = 4;
 
 class PoolCore extends ModeCore {
   readonly limits: ResolvedPoolOptions;
@@ -243,11 +267,17 @@ class PoolCore extends ModeCore {
           idleTimer: undefined,
           keys: new Set(),
           capacity: this.limits.concurrency,
+          window: 1,
+          perCallMs: 0,
+          markAt: 0,
+          answered: 0,
         };
         // Calls written ahead start in order in the worker, one per freed
         // slot: it must run no more than `concurrency` of them at once.
         if (this.limits.pipeline > 0 && conn.limit(this.limits.concurrency)) {
           worker.capacity += this.limits.pipeline;
+        } else {
+          worker.window = 0;
         }
         holder.worker = worker;
         this.adopted(conn);
@@ -296,6 +326,7 @@ class PoolCore extends ModeCore {
 
   #onSlotFree(worker: PoolWorker): void {
     const conn = worker.conn;
+    if (worker.capacity > this.limits.concurrency) this.#adapt(worker);
     if (!worker.retiring && this.limits.maxRssBytes > 0) {
       const rss = conn.rssBytes();
       if (rss !== undefined && rss > this.limits.maxRssBytes) {
@@ -310,6 +341,36 @@ class PoolCore extends ModeCore {
     }
     this.#pump();
     this.#checkDrained();
+  }
+
+  /**
+   * Adapts how many calls a worker may have written ahead, like a TCP
+   * window, from the answers just read: the window grows (doubling, from 1)
+   * when the worker is left with nothing queued behind its running calls
+   * while calls wait in the pool's queue (it would idle for a round trip),
+   * and never exceeds `pipeline` nor {@linkcode AHEAD_BUDGET_MS} of work at
+   * its recent time per call (a long call shrinks it at once, to 0 when one
+   * call takes longer than the budget).
+   */
+  #adapt(worker: PoolWorker): void {
+    const occupancy = worker.conn.occupancy;
+    const answered = worker.calls - occupancy;
+    const count = answered - worker.answered;
+    if (count <= 0) return;
+    const now = performance.now();
+    const sample = (now - worker.markAt) / count;
+    worker.perCallMs = (worker.perCallMs + sample) / 2;
+    worker.markAt = now;
+    worker.answered = answered;
+    const most = Math.min(
+      worker.capacity - this.limits.concurrency,
+      Math.floor(AHEAD_BUDGET_MS / worker.perCallMs),
+    );
+    let window = worker.window;
+    if (occupancy <= this.limits.concurrency && this.queue.length > 0) {
+      window = window === 0 ? 1 : window * 2;
+    }
+    worker.window = Math.min(window, most);
   }
 
   #armIdle(worker: PoolWorker): void {
@@ -404,7 +465,8 @@ class PoolCore extends ModeCore {
     const occupancy = worker.conn.occupancy;
     // Never written ahead behind a stream: it may hold its slot for long.
     return occupancy < this.limits.concurrency ||
-      (ahead && occupancy < worker.capacity && !worker.conn.streaming);
+      (ahead && occupancy < this.limits.concurrency + worker.window &&
+        !worker.conn.streaming);
   }
 
   /** The worker with room running the fewest calls, if any. */
@@ -469,6 +531,11 @@ class PoolCore extends ModeCore {
   #dispatch(worker: PoolWorker, call: PendingCall): void {
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
     worker.idleTimer = undefined;
+    if (worker.conn.occupancy === 0) {
+      // Its time per call counts from here: it was idle.
+      worker.markAt = performance.now();
+      worker.answered = worker.calls;
+    }
     worker.calls++;
     this.send(worker.conn, call);
     const limit = this.limits.maxTasksPerWorker;

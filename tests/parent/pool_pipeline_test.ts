@@ -16,6 +16,14 @@ import { captureLog, fixture, rejection, until, within } from "../_helpers.ts";
 const MODULE = fixture("memory_worker.ts");
 const quiet = captureLog();
 
+/** `count` short calls at once. */
+function burst(
+  p: { add(a: number, b: number): Promise<number> },
+  count: number,
+): Promise<number>[] {
+  return Array.from({ length: count }, (_, i) => p.add(i, 1));
+}
+
 function runtime() {
   return memoryRuntime({
     load: (child) => ({ default: memoryWorker(child.pid) }),
@@ -27,6 +35,8 @@ describe("pool() pipelining (in memory)", () => {
     using rt = runtime();
     await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
     const first = await p.whoami();
+    // A burst of short calls opens the worker's window (it starts at 1).
+    await within(Promise.all(burst(p, 50)), 10_000, "the burst");
     const hung = p.hang();
     // Written ahead (count is not idempotent): with concurrency 1 honoured,
     // neither may start while `hang` runs.
@@ -53,7 +63,7 @@ describe("pool() pipelining (in memory)", () => {
     assert.equal(await p.count(), 3);
     const stats = p.stats();
     assert.equal(stats.failed, 1);
-    assert.equal(stats.completed, 5);
+    assert.equal(stats.completed, 55);
   });
 
   test("pool() with concurrency 1 runs calls written ahead one after the other, each the moment the one before ends", async () => {
@@ -134,5 +144,19 @@ describe("pool() pipelining (in memory)", () => {
     assert.equal(p.stats().perWorker[0]?.running, 1);
     await within(Promise.all([slow, next]), 10_000, "both calls");
     assert.throws(() => pool(MODULE, { pipeline: -1 }), RangeError);
+  });
+
+  test("pool() writes nothing ahead behind a worker whose last call was long", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    await p.whoami();
+    await within(Promise.all(burst(p, 50)), 10_000, "the burst");
+    // Far above the 4 ms budget of work written ahead: the window closes.
+    assert.equal(await p.delay(60, "long"), "long");
+    const slow = p.delay(60, "slow");
+    const next = [p.whoami(), p.whoami()];
+    assert.equal(p.stats().queued, 2, "both wait in the pool's queue");
+    assert.equal(p.stats().perWorker[0]?.running, 1);
+    await within(Promise.all([slow, ...next]), 10_000, "the calls");
   });
 });

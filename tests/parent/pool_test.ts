@@ -39,6 +39,30 @@ describe("pool() dispatch", needsWorkers(), () => {
       `intervals overlap: ${JSON.stringify([a, b])}`,
     );
   });
+  test("pool() writes more calls ahead in a burst of short calls, never more than pipeline", async () => {
+    await using p = pool<typeof behaviour>(worker, {
+      ...captureLog(),
+      max: 1,
+      prewarm: 1,
+      pipeline: 5,
+    });
+    await until(() => p.stats().workers === 1, 30_000, "the worker");
+    let most = 0;
+    const calls = Array.from(
+      { length: 2_000 },
+      (_, i) =>
+        p.add(i, 1).then((value) => {
+          most = Math.max(most, p.stats().perWorker[0]?.running ?? 0);
+          return value;
+        }),
+    );
+    const values = await Promise.all(calls);
+    assert.deepEqual(values.slice(0, 3), [1, 2, 3]);
+    // One running plus at most `pipeline` written ahead, and more than the
+    // one call written ahead a new worker starts with.
+    assert.ok(most <= 6, `at most 1 + pipeline in the worker, saw ${most}`);
+    assert.ok(most > 2, `the window grew in the burst, saw at most ${most}`);
+  });
 });
 
 describe("pool() limits and failures", needsWorkers(), () => {

@@ -142,14 +142,14 @@ describe("chaos", needsWorkers(), () => {
   test(`pool() under ${CALLS} calls, 12 in flight on 2 workers of concurrency 1 with calls written ahead, workers killed from inside and outside: no write runs twice`, async () => {
     const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
     try {
-      // At max with concurrency 1, most calls are written ahead (pipeline 2):
-      // a crash must send back only those the worker had not started.
+      // At max with concurrency 1, most calls are written ahead (the default
+      // pipeline, an adaptive window of up to 16): a crash must send back
+      // only those the worker had not started.
       const p = pool(worker, {
         ...workerOptions(dir),
         max: 2,
         prewarm: 2,
         concurrency: 1,
-        pipeline: 2,
       });
       let report;
       try {
