@@ -338,9 +338,13 @@ export interface SessionOptions<D = unknown>
  */
 export interface PoolOptions<D = unknown> extends SessionOptions<D> {
   /**
-   * Most worker processes at once. A worker retiring after
-   * `maxTasksPerWorker` or `maxRssBytes` may briefly coexist with its
-   * replacement while it finishes its last call.
+   * Most workers taking calls at once. Processes may briefly outnumber it: a
+   * worker retiring (after `maxTasksPerWorker`, `maxRssBytes`, `watch`)
+   * finishes the calls it was given beside its replacement, and with
+   * `maxTasksPerWorker` each worker may have one replacement started ahead,
+   * waiting on standby (it takes no calls, so it does not count toward
+   * `max`, until the worker it replaces retires): up to twice `max`
+   * processes, plus retiring ones.
    *
    * @default {the available cores, at most 8}
    */
@@ -369,12 +373,14 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
   /**
    * A worker is recycled after this many calls. Its replacement starts in
    * the background once the calls it has left would take about as long as a
-   * start (from the last start's time and the worker's pace), and at the
-   * latest for its last tenth of calls, so that it is ready when the worker
-   * retires; meanwhile the pool runs one worker more than `max` per worker
-   * being replaced (with fast calls, each worker's replacement may start as
-   * soon as the worker does: up to twice `max` processes). `0` turns
-   * recycling off.
+   * start (from the last start's time and the worker's pace, with a margin:
+   * with fast calls, as soon as the worker takes its first call), and at the
+   * latest for its last tenth of calls; it waits on standby (no calls, not
+   * counted toward `max`, shown as `perWorker[].standby`) and takes over when
+   * the worker retires, so calls need not wait for a start. The cost is one
+   * more process per worker being replaced (about 40 MiB for a small worker,
+   * wrappers included); it is reaped like any idle worker and ends with the
+   * pool. `0` turns recycling off.
    *
    * @default {0}
    */
@@ -406,10 +412,11 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * call ends, without a round trip through the parent. How many a worker is
    * given is adaptive, like a TCP window: it starts at 1, doubles each time
    * the worker is left with nothing queued behind its running calls while
-   * calls wait in the pool's queue, and is capped by this number and by about
-   * 4 ms of work at the worker's recent time per call (a call of more than 8 ms
-   * closes it to 0 at once; short calls open it again). Written-ahead calls'
-   * deadlines (`timeoutMs`) start when they start. If the worker crashes,
+   * calls wait in the pool's queue (so it grows only while the parent cannot
+   * keep the worker fed, as with trivial calls), and closes to 0 when the
+   * worker's answers come slower than 4 ms per call (then regrows from 1).
+   * Written-ahead calls' deadlines (`timeoutMs`) start when they start. If
+   * the worker crashes,
    * the calls it had not started go back to the queue whatever their op
    * (they never ran). A call written ahead cannot be taken back: it waits for
    * the calls before it on that worker even if another worker becomes free,

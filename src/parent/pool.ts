@@ -67,6 +67,11 @@ export interface PoolWorkerStats {
   running: number;
   /** Whether it takes no more calls and will exit once idle. */
   retiring: boolean;
+  /**
+   * Whether it is a replacement started ahead (`maxTasksPerWorker`) that
+   * waits, taking no calls, for the worker it replaces to retire.
+   */
+  standby: boolean;
   /** Sticky keys bound to it (calls with these keys run here). */
   keys: number;
   /**
@@ -78,7 +83,10 @@ export interface PoolWorkerStats {
 
 /** What {@linkcode Pool.stats} reports. */
 export interface PoolStats extends CallStats, CallMetricsStats {
-  /** Live worker processes (including retiring ones). */
+  /**
+   * Live worker processes, including retiring ones and replacements waiting
+   * on standby (`perWorker[].standby`).
+   */
   workers: number;
   /** Workers running at least one call. */
   busy: number;
@@ -165,6 +173,12 @@ interface PoolWorker {
   retiring: boolean;
   /** Whether its replacement (after maxTasksPerWorker) has been started. */
   succeeded: boolean;
+  /** That replacement once ready, while it waits on standby. */
+  heir: PoolWorker | undefined;
+  /** The worker it replaces, while it waits on standby for it to retire. */
+  predecessor: PoolWorker | undefined;
+  /** Whether it takes no calls yet: its predecessor still serves. */
+  standby: boolean;
   /** When it joined the pool (ms since the epoch), for its pace. */
   adoptedAt: number;
   idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -173,30 +187,24 @@ interface PoolWorker {
   /** Calls it may hold: `concurrency`, plus `pipeline` if it honours `limit`. */
   capacity: number;
   /**
-   * Calls it may have written ahead now (0 up to `capacity - concurrency`):
-   * grows while it runs out of work with calls queued, shrinks as its calls
-   * get longer (see {@linkcode PoolCore.#adapt}).
+   * Calls it may have written ahead now (0 up to `capacity - concurrency`),
+   * adapted as answers arrive (see `#adapt`).
    */
   window: number;
-  /**
-   * Its recent time per answered call in ms (each new figure weighs half),
-   * as the parent sees it: from the answers before, or from when it was
-   * given a call while idle.
-   */
-  perCallMs: number;
-  /** When it last became busy or answered (`performance.now()`). */
+  /** When it last answered, or was given a call while idle (`performance.now()`). */
   markAt: number;
   /** Calls it had answered then. */
   answered: number;
 }
 
 /**
- * How long, in ms, the calls written ahead to a worker may be expected to
- * wait in its queue: a worker is given at most this long of work ahead (from
- * its recent time per call), so written-ahead calls are held up only behind
- * calls that were short so far.
+ * A worker whose answers came slower than this many ms per call (as the
+ * parent sees them: from the answers before, or from when it was given a call
+ * while idle) gets nothing written ahead until its window regrows: calls
+ * written ahead behind long calls would wait although another worker may be
+ * free.
  */
-const AHEAD_BUDGET_MS = 4;
+const LONG_CALL_MS = 4;
 
 class PoolCore extends ModeCore {
   readonly limits: ResolvedPoolOptions;
@@ -204,6 +212,8 @@ class PoolCore extends ModeCore {
   #workers = new Set<PoolWorker>();
   /** Starts in progress; each settles once its worker joined or failed. */
   #starts = new Set<Promise<void>>();
+  /** Of those, replacements started ahead for a worker still serving. */
+  #successorStarts = 0;
   #drainWaiters: (() => void)[] = [];
   #reaped = 0;
   /** How long the last worker start took, in ms (0 until one has). */
@@ -230,19 +240,42 @@ class PoolCore extends ModeCore {
     return this.#starts.size;
   }
 
-  /** Workers that take calls (not retiring). Counted on every answer: no array. */
+  /** Workers that take calls (not retiring, not on standby). No array. */
   #liveCount(): number {
     let live = 0;
-    for (const worker of this.#workers) if (!worker.retiring) live++;
+    for (const worker of this.#workers) {
+      if (!worker.retiring && !worker.standby) live++;
+    }
     return live;
+  }
+
+  /**
+   * Workers serving once every replacement started ahead has taken over:
+   * those not replaced, plus the starts in progress and the replacements on
+   * standby. At most `max`.
+   */
+  #servingAfterReplacements(): number {
+    let serving = this.#starting;
+    for (const worker of this.#workers) {
+      if (worker.retiring) continue;
+      if (worker.standby || !worker.succeeded) serving++;
+    }
+    return serving;
   }
 
   protected override *connections(): Iterable<Connection> {
     for (const worker of this.#workers) yield worker.conn;
   }
 
-  #startWorker(): void {
+  /**
+   * Starts a worker.
+   *
+   * @param predecessor The worker it replaces, when started ahead of that
+   *   worker's retirement: it waits on standby until then.
+   */
+  #startWorker(predecessor?: PoolWorker): void {
     const stamp = this.tracker.stamp();
+    if (predecessor) this.#successorStarts++;
     const holder: { worker?: PoolWorker } = {};
     const events: ConnectionEvents = {
       onLost: (calls, exit, unstarted) => this.#onLost(calls, exit, unstarted),
@@ -256,6 +289,7 @@ class PoolCore extends ModeCore {
     const start = launchWorker(this.options, this.adapter, events, "pool").then(
       (conn) => {
         this.#starts.delete(start);
+        if (predecessor) this.#successorStarts--;
         this.#startMs = Date.now() - begun;
         const worker: PoolWorker = {
           conn,
@@ -263,12 +297,14 @@ class PoolCore extends ModeCore {
           calls: 0,
           retiring: false,
           succeeded: false,
+          heir: undefined,
+          predecessor: undefined,
+          standby: false,
           adoptedAt: Date.now(),
           idleTimer: undefined,
           keys: new Set(),
           capacity: this.limits.concurrency,
           window: 1,
-          perCallMs: 0,
           markAt: 0,
           answered: 0,
         };
@@ -278,6 +314,16 @@ class PoolCore extends ModeCore {
           worker.capacity += this.limits.pipeline;
         } else {
           worker.window = 0;
+        }
+        if (
+          predecessor && !predecessor.retiring &&
+          this.#workers.has(predecessor)
+        ) {
+          // Its predecessor still serves: it waits, so that no more than
+          // `max` workers take calls.
+          worker.standby = true;
+          worker.predecessor = predecessor;
+          predecessor.heir = worker;
         }
         holder.worker = worker;
         this.adopted(conn);
@@ -294,6 +340,11 @@ class PoolCore extends ModeCore {
       },
       (error: unknown) => {
         this.#starts.delete(start);
+        if (predecessor) {
+          this.#successorStarts--;
+          // Its replacement may be started again (or on demand).
+          predecessor.succeeded = false;
+        }
         if (this.#liveCount() === 0) {
           // Nothing can serve the queue (launchWorker already retried): fail
           // it rather than respawn in a loop. The next call tries again.
@@ -308,6 +359,7 @@ class PoolCore extends ModeCore {
 
   #onExit(worker: PoolWorker, exit: ConnectionExit): void {
     this.#workers.delete(worker);
+    this.#handOver(worker);
     this.#unbindKeys(worker);
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
     this.exited(exit);
@@ -345,12 +397,12 @@ class PoolCore extends ModeCore {
 
   /**
    * Adapts how many calls a worker may have written ahead, like a TCP
-   * window, from the answers just read: the window grows (doubling, from 1)
-   * when the worker is left with nothing queued behind its running calls
-   * while calls wait in the pool's queue (it would idle for a round trip),
-   * and never exceeds `pipeline` nor {@linkcode AHEAD_BUDGET_MS} of work at
-   * its recent time per call (a long call shrinks it at once, to 0 when one
-   * call takes longer than the budget).
+   * window, from the answers just read: the window grows (doubling, from 1,
+   * up to `pipeline`) when the worker is left with nothing queued behind its
+   * running calls while calls wait in the pool's queue (it would idle for a
+   * round trip), and closes (0) when its answers came slower than
+   * {@linkcode LONG_CALL_MS} per call. Between the two it stays: a worker the
+   * parent keeps fed gets no deeper window.
    */
   #adapt(worker: PoolWorker): void {
     const occupancy = worker.conn.occupancy;
@@ -358,19 +410,19 @@ class PoolCore extends ModeCore {
     const count = answered - worker.answered;
     if (count <= 0) return;
     const now = performance.now();
-    const sample = (now - worker.markAt) / count;
-    worker.perCallMs = (worker.perCallMs + sample) / 2;
+    const perCallMs = (now - worker.markAt) / count;
     worker.markAt = now;
     worker.answered = answered;
-    const most = Math.min(
-      worker.capacity - this.limits.concurrency,
-      Math.floor(AHEAD_BUDGET_MS / worker.perCallMs),
-    );
-    let window = worker.window;
-    if (occupancy <= this.limits.concurrency && this.queue.length > 0) {
-      window = window === 0 ? 1 : window * 2;
+    if (perCallMs > LONG_CALL_MS) {
+      worker.window = 0;
+    } else if (
+      occupancy <= this.limits.concurrency && this.queue.length > 0
+    ) {
+      worker.window = Math.min(
+        worker.window === 0 ? 1 : worker.window * 2,
+        worker.capacity - this.limits.concurrency,
+      );
     }
-    worker.window = Math.min(window, most);
   }
 
   #armIdle(worker: PoolWorker): void {
@@ -380,7 +432,7 @@ class PoolCore extends ModeCore {
     worker.idleTimer = setTimeout(() => {
       worker.idleTimer = undefined;
       if (worker.retiring || worker.conn.occupancy > 0) return;
-      if (this.#liveCount() <= this.limits.min) return;
+      if (!worker.standby && this.#liveCount() <= this.limits.min) return;
       this.#reaped++;
       this.#retire(worker);
     }, this.limits.idleTimeoutMs);
@@ -396,9 +448,33 @@ class PoolCore extends ModeCore {
     worker.keys.clear();
   }
 
+  /**
+   * A worker leaves (retires or exits): its replacement on standby takes
+   * calls from now on; if it was itself on standby, the worker it was to
+   * replace may start another replacement.
+   */
+  #handOver(worker: PoolWorker): void {
+    const heir = worker.heir;
+    if (heir) {
+      worker.heir = undefined;
+      heir.predecessor = undefined;
+      heir.standby = false;
+    }
+    const predecessor = worker.predecessor;
+    if (predecessor) {
+      worker.predecessor = undefined;
+      worker.standby = false;
+      if (predecessor.heir === worker) {
+        predecessor.heir = undefined;
+        predecessor.succeeded = false;
+      }
+    }
+  }
+
   #retire(worker: PoolWorker): void {
     if (worker.retiring) return;
     worker.retiring = true;
+    this.#handOver(worker);
     this.#unbindKeys(worker);
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
     worker.idleTimer = undefined;
@@ -453,7 +529,9 @@ class PoolCore extends ModeCore {
    * busy worker while a new one sits idle).
    */
   #aheadOpen(): boolean {
-    return this.#starting === 0 && this.#liveCount() >= this.limits.max;
+    // Replacements started ahead do not count: their workers serve meanwhile.
+    return this.#starting === this.#successorStarts &&
+      this.#liveCount() + this.#successorStarts >= this.limits.max;
   }
 
   /**
@@ -461,7 +539,7 @@ class PoolCore extends ModeCore {
    * ahead when `ahead` allows it.
    */
   #hasRoom(worker: PoolWorker, ahead: boolean): boolean {
-    if (worker.retiring || !worker.conn.alive) return false;
+    if (worker.retiring || worker.standby || !worker.conn.alive) return false;
     const occupancy = worker.conn.occupancy;
     // Never written ahead behind a stream: it may hold its slot for long.
     return occupancy < this.limits.concurrency ||
@@ -543,8 +621,9 @@ class PoolCore extends ModeCore {
     // The replacement starts early enough to be ready when the worker
     // retires: when the calls left would take about as long as a start (from
     // the last start's time and this worker's pace, with a margin), and no
-    // later than its last tenth of calls. The worker counts as leaving, so a
-    // pool at `max` runs one worker more per worker being replaced.
+    // later than its last tenth of calls. It waits on standby until then, so
+    // at most `max` workers take calls; meanwhile the pool runs one process
+    // more per worker being replaced.
     if (!worker.succeeded) {
       const left = limit - worker.calls;
       const msPerCall = (Date.now() - worker.adoptedAt) / worker.calls;
@@ -552,24 +631,19 @@ class PoolCore extends ModeCore {
         Math.ceil(limit / 10),
         msPerCall > 0 ? Math.ceil((1.5 * this.#startMs) / msPerCall) : limit,
       );
-      if (left <= lead) {
-        let leaving = 0;
-        for (const other of this.#workers) {
-          if ((other.succeeded || other === worker) && !other.retiring) {
-            leaving++;
-          }
-        }
-        if (this.#liveCount() + this.#starting - leaving < this.limits.max) {
-          worker.succeeded = true;
-          this.#startWorker();
-        }
+      if (
+        left <= lead && left > 0 &&
+        this.#servingAfterReplacements() <= this.limits.max
+      ) {
+        worker.succeeded = true;
+        this.#startWorker(worker);
       }
     }
     if (worker.calls >= limit) {
       this.#recycle(worker, "tasks");
       if (
         !worker.succeeded &&
-        this.#liveCount() + this.#starting < this.limits.max
+        this.#servingAfterReplacements() < this.limits.max
       ) {
         worker.succeeded = true;
         this.#startWorker();
@@ -655,6 +729,7 @@ class PoolCore extends ModeCore {
         calls: worker.calls,
         running,
         retiring: worker.retiring,
+        standby: worker.standby,
         keys: worker.keys.size,
         sandboxes: worker.conn.sandboxes,
       });

@@ -107,6 +107,65 @@ describe("pool() dispatch (in memory)", () => {
     assert.ok(rt.live().length <= 2, `live: ${rt.live().length}`);
   });
 
+  test("pool() starts a retiring worker's replacement ahead, on standby until the worker retires, then it takes over", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      maxTasksPerWorker: 4,
+    });
+    // Called as the worker arrives: its pace is unknown, the replacement
+    // starts at once.
+    const first = await p.whoami();
+    await until(
+      () => p.stats().perWorker.some((worker) => worker.standby),
+      10_000,
+      "a replacement on standby",
+    );
+    const heir = p.stats().perWorker.find((worker) => worker.standby);
+    assert.ok(heir && heir.pid !== first);
+    assert.equal(p.stats().workers, 2, "both processes are counted");
+    // With max 1, it takes no call while the worker serves.
+    for (let i = 0; i < 3; i++) assert.equal(await p.whoami(), first);
+    assert.equal(p.stats().recycledBy.tasks, 1);
+    // The next call runs on the replacement started ahead.
+    assert.equal(await p.whoami(), heir.pid);
+    assert.equal(rt.children.findIndex((c) => c.pid === heir.pid), 1);
+  });
+
+  test("pool() with recycling never has more than max workers taking calls, nor more than one replacement per worker", async () => {
+    using rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 2,
+      maxTasksPerWorker: 5,
+    });
+    let serving = 0;
+    let processes = 0;
+    const sample = () => {
+      const workers = p.stats().perWorker.filter((w) => !w.retiring);
+      serving = Math.max(serving, workers.filter((w) => !w.standby).length);
+      processes = Math.max(processes, workers.length);
+    };
+    // Calls of 2 ms: a worker lives longer than a start, so replacements
+    // are ready while the workers they replace still serve.
+    await within(
+      Promise.all(
+        Array.from({ length: 100 }, (_, i) => p.delay(2, i).finally(sample)),
+      ),
+      10_000,
+      "100 calls",
+    );
+    assert.ok(serving <= 2, `at most max take calls, saw ${serving}`);
+    assert.ok(
+      processes <= 4,
+      `at most max + one replacement each, saw ${processes}`,
+    );
+    // 100 calls, 5 per worker: the last two workers may share the last ones.
+    assert.ok(p.stats().recycledBy.tasks >= 18);
+    assert.ok(rt.children.length >= 20);
+  });
+
   test("pool() stops idle workers after idleTimeoutMs, and keeps min alive", async () => {
     using _rt = runtime();
     await using keeping = pool<typeof memory>(MODULE, {

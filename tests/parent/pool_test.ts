@@ -144,6 +144,32 @@ describe("pool() cancellation and close", needsWorkers(), () => {
     await p.close();
   });
 
+  test("pool() close() ends a replacement started ahead on standby with the pool", async () => {
+    const p = pool<typeof behaviour>(worker, {
+      ...captureLog(),
+      max: 1,
+      maxTasksPerWorker: 3,
+    });
+    try {
+      // Called as the worker arrives, with 2 calls left: its replacement
+      // starts at once.
+      await p.whoami();
+      await until(
+        () => p.stats().perWorker.some((w) => w.standby),
+        30_000,
+        "a replacement on standby",
+      );
+      const pids = p.stats().perWorker.map((w) => w.pid);
+      assert.equal(pids.length, 2);
+      assert.equal(p.stats().workers, 2);
+      await p.close();
+      for (const pid of pids) assert.equal(isAlive(pid), false, `pid ${pid}`);
+      assert.equal(p.stats().workers, 0);
+    } finally {
+      await p.close({ force: true });
+    }
+  });
+
   test("pool() close({ force: true }) ends running and queued calls and kills the workers", async () => {
     const p = pool<typeof behaviour>(worker, { ...captureLog(), max: 1 });
     const running = p.delay(60_000, "running");
