@@ -289,4 +289,14 @@ describe("serve() start cost", () => {
       assert.deepEqual(resultOf(await worker.next(answer(1))), {});
     },
   );
+
+  test("serve() writes nothing but the hello before its first answer (the call path's warm-up is silent)", async () => {
+    await using worker = spawnRawWorker(fixture);
+    await worker.next(isHello);
+    await worker.send({ type: "call", id: 1, op: "echo", args: ["first"] });
+    assert.equal(resultOf(await worker.next(answer(1))), "first");
+    assert.deepEqual(worker.received.map((m) => m.type), ["hello", "result"]);
+    assert.equal(worker.stray(), "");
+    assert.equal(worker.stderr(), "");
+  });
 });
