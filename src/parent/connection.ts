@@ -689,7 +689,7 @@ export class Connection {
       },
       onStray: (bytes) => this.#log.stray(bytes),
     });
-    const reader = chunkReader(this.#child.stdout);
+    const reader = chunkReader(this.#child.stdout, frames);
     this.#stdoutReader = reader;
     try {
       while (true) {

@@ -87,10 +87,17 @@ export class FrameReader {
   #onStray: (bytes: Uint8Array) => void;
   /** Bytes kept between pushes: a partial header or a partial magic. */
   #pending: Uint8Array | undefined;
-  /** A frame being filled: its payload buffer, bytes filled, head length. */
+  /**
+   * A frame being filled: its payload buffer, bytes filled, head length and
+   * payload length (kept apart: a read in place detaches the buffer until
+   * its bytes are pushed).
+   */
   #partial: Uint8Array | undefined;
   #partialFilled = 0;
   #partialHead = 0;
+  #partialBytes = 0;
+  /** Whether the unfilled part of `#partial` is lent to a read in place. */
+  #lent = false;
   #failed: ProtocolError | undefined;
 
   /**
@@ -111,6 +118,21 @@ export class FrameReader {
   }
 
   /**
+   * The unfilled part of the frame being assembled, for a reader that reads
+   * into a buffer it is given (a BYOB read): the rest of a large frame then
+   * lands where it belongs, with no chunk to allocate and copy. The next
+   * {@linkcode push} must be the view that read returned, on the buffer it
+   * transferred (or any other chunk, if the read did not take the space).
+   *
+   * @returns The space, or `undefined` when no frame is partly read.
+   */
+  frameSpace(): Uint8Array | undefined {
+    if (this.#failed || !this.#partial || this.#lent) return undefined;
+    this.#lent = true;
+    return this.#partial.subarray(this.#partialFilled);
+  }
+
+  /**
    * Feeds bytes in.
    *
    * @param chunk The next bytes of the stream.
@@ -125,6 +147,7 @@ export class FrameReader {
         this.#failed = error;
         this.#pending = undefined;
         this.#partial = undefined;
+        this.#lent = false;
       }
       throw error;
     }
@@ -132,15 +155,32 @@ export class FrameReader {
 
   #push(chunk: Uint8Array): void {
     if (this.#partial) {
-      const partial = this.#partial;
-      const need = partial.byteLength - this.#partialFilled;
-      const take = Math.min(need, chunk.byteLength);
-      partial.set(
-        take === chunk.byteLength ? chunk : chunk.subarray(0, take),
-        this.#partialFilled,
-      );
+      let partial = this.#partial;
+      let take: number;
+      if (this.#lent && this.#inPlace(partial, chunk)) {
+        // Read into the frame's space: its bytes are in place already, on
+        // the buffer the read transferred (the old one is detached).
+        partial = new Uint8Array(chunk.buffer, 0, this.#partialBytes);
+        this.#partial = partial;
+        take = chunk.byteLength;
+      } else {
+        if (partial.byteLength !== this.#partialBytes) {
+          throw new ProtocolError(
+            "Cannot read frame: a read took the frame's buffer and did not give it back",
+          );
+        }
+        take = Math.min(
+          this.#partialBytes - this.#partialFilled,
+          chunk.byteLength,
+        );
+        partial.set(
+          take === chunk.byteLength ? chunk : chunk.subarray(0, take),
+          this.#partialFilled,
+        );
+      }
+      this.#lent = false;
       this.#partialFilled += take;
-      if (this.#partialFilled < partial.byteLength) return;
+      if (this.#partialFilled < this.#partialBytes) return;
       this.#partial = undefined;
       this.#partialFilled = 0;
       this.#onFrame({
@@ -151,6 +191,7 @@ export class FrameReader {
       chunk = chunk.subarray(take);
     }
     let data = chunk;
+    this.#lent = false;
     if (this.#pending) {
       const joined = new Uint8Array(
         this.#pending.byteLength + chunk.byteLength,
@@ -161,6 +202,19 @@ export class FrameReader {
       data = joined;
     }
     this.#scan(data);
+  }
+
+  /**
+   * Whether `chunk` is what a read into the lent space returned: the bytes
+   * right after those filled, on the frame's own buffer (kept, or moved to a
+   * new `ArrayBuffer` by the read's transfer) and no longer than the space.
+   */
+  #inPlace(partial: Uint8Array, chunk: Uint8Array): boolean {
+    const buffer = chunk.buffer;
+    return chunk.byteOffset === this.#partialFilled &&
+      chunk.byteLength <= this.#partialBytes - this.#partialFilled &&
+      buffer.byteLength === this.#partialBytes &&
+      (buffer === partial.buffer || partial.byteLength === 0);
   }
 
   #scan(data: Uint8Array): void {
@@ -223,6 +277,7 @@ export class FrameReader {
       this.#partial = partial;
       this.#partialFilled = available;
       this.#partialHead = head;
+      this.#partialBytes = payload;
       return;
     }
     if (pos < end) this.#pending = data.slice(pos, end);
@@ -237,11 +292,12 @@ export class FrameReader {
   end(): FrameReaderEnd {
     if (this.#partial) {
       const truncated = {
-        expectedBytes: this.#partial.byteLength,
+        expectedBytes: this.#partialBytes,
         receivedBytes: this.#partialFilled,
       };
       this.#partial = undefined;
       this.#partialFilled = 0;
+      this.#lent = false;
       return { truncated };
     }
     const pending = this.#pending;

@@ -22,18 +22,35 @@ export interface ChunkReader {
   cancel(): Promise<void>;
 }
 
+/** Where a frame being assembled wants its remaining bytes (`FrameReader`). */
+export interface FrameSpace {
+  /**
+   * The unfilled part of a frame, lent to the next read, whose result must
+   * be the next chunk pushed; `undefined` when no frame is partly read.
+   */
+  frameSpace(): Uint8Array | undefined;
+}
+
 /**
  * Reads a stream in chunks. Where the stream is a byte stream (Deno), reads
  * go into one reused buffer, and a small read is copied out: a plain reader
  * would allocate (and zero) a fresh 64 KiB buffer for every read, which a
  * round trip of a few dozen bytes pays for in time and garbage. Every chunk
  * handed out is its own memory, never written again (frames keep views on
- * it).
+ * it). Given the frame reader the chunks go to, a read while a frame is
+ * partly read goes straight into that frame's buffer: a frame of many MiB
+ * is then neither copied nor read through a fresh 64 KiB buffer per read.
  *
  * @param stream The stream (a child's stdout).
+ * @param frames The frame reader fed with the chunks, if reads may go into
+ * its frames' buffers; each chunk read must then be pushed to it before the
+ * next read.
  * @returns The reader.
  */
-export function chunkReader(stream: ReadableStream<Uint8Array>): ChunkReader {
+export function chunkReader(
+  stream: ReadableStream<Uint8Array>,
+  frames?: FrameSpace,
+): ChunkReader {
   let byob: ReadableStreamBYOBReader;
   try {
     byob = stream.getReader({ mode: "byob" });
@@ -47,6 +64,13 @@ export function chunkReader(stream: ReadableStream<Uint8Array>): ChunkReader {
   let buffer = new ArrayBuffer(READ_BYTES);
   return {
     async read() {
+      const space = frames?.frameSpace();
+      if (space !== undefined) {
+        // The frame reader takes this view (on the transferred buffer) as
+        // the bytes it lent, in place.
+        const { value, done } = await byob.read(space);
+        return done ? undefined : value;
+      }
       const { value, done } = await byob.read(new Uint8Array(buffer));
       if (done || value === undefined) return undefined;
       if (value.byteLength <= COPY_READ_BYTES) {

@@ -16,6 +16,7 @@ import {
   encodeMessage,
   type Message,
 } from "../../src/protocol/messages.ts";
+import { chunkReader } from "../../src/runtime/chunk_reader.ts";
 import {
   concat,
   defuse,
@@ -192,6 +193,126 @@ describe("FrameReader round trips", () => {
         },
       ),
       { numRuns: 300 },
+    );
+  });
+});
+
+/** A frame of `payload` bytes (head only) whose byte i is i mod 251. */
+function patternFrame(payload: number): Uint8Array {
+  const frame = new Uint8Array(FRAME_HEADER_BYTES + payload);
+  writeFrameHeader(frame, payload, 0);
+  for (let i = 0; i < payload; i++) {
+    frame[FRAME_HEADER_BYTES + i] = i % 251;
+  }
+  return frame;
+}
+
+/** A byte stream handing out `bytes` at most `piece` at a time, then closing. */
+function byteStream(
+  bytes: Uint8Array,
+  piece: number,
+): ReadableStream<Uint8Array> {
+  let at = 0;
+  return new ReadableStream({
+    type: "bytes",
+    pull(controller: ReadableByteStreamController) {
+      const request = controller.byobRequest;
+      const room = request?.view?.byteLength ?? piece;
+      const n = Math.min(piece, room, bytes.byteLength - at);
+      if (request?.view) {
+        new Uint8Array(
+          request.view.buffer,
+          request.view.byteOffset,
+          request.view.byteLength,
+        ).set(bytes.subarray(at, at + n));
+        request.respond(n);
+      } else {
+        controller.enqueue(bytes.slice(at, at + n));
+      }
+      at += n;
+      if (at === bytes.byteLength) controller.close();
+    },
+  });
+}
+
+describe("FrameReader reading in place", () => {
+  test("chunkReader with the frame reader reads the rest of a large frame straight into the frame's buffer, bytes intact", async () => {
+    const payload = 300_000;
+    const stream = concat([patternFrame(payload), patternFrame(10)]);
+    const frames: Frame[] = [];
+    const reader = new FrameReader({
+      onFrame: (frame) => frames.push(frame),
+      onStray: () => assert.fail("no stray bytes"),
+    });
+    let lent = 0;
+    const chunks = chunkReader(byteStream(stream, 7000), {
+      frameSpace() {
+        const space = reader.frameSpace();
+        if (space !== undefined) lent++;
+        return space;
+      },
+    });
+    for (let chunk = await chunks.read(); chunk; chunk = await chunks.read()) {
+      reader.push(chunk);
+    }
+    assert.deepEqual(reader.end(), {});
+    assert.equal(frames.length, 2);
+    const head = frames[0]!.head;
+    assert.equal(head.byteLength, payload);
+    // The frame's own buffer, filled by the reads: one per 7,000 bytes.
+    assert.equal(head.buffer.byteLength, payload);
+    assert.ok(lent >= Math.floor(payload / 7000) - 1, `${lent} reads in place`);
+    for (let i = 0; i < payload; i++) {
+      if (head[i] !== i % 251) assert.fail(`byte ${i} is ${head[i]}`);
+    }
+    assert.deepEqual([...frames[1]!.head], [...patternFrame(10).subarray(16)]);
+  });
+
+  test("a frame cut short after reads in place is reported with its real length", async () => {
+    const whole = patternFrame(100_000);
+    const frames: Frame[] = [];
+    const reader = new FrameReader({
+      onFrame: (frame) => frames.push(frame),
+      onStray: () => assert.fail("no stray bytes"),
+    });
+    const chunks = chunkReader(
+      byteStream(whole.subarray(0, 50_016), 4096),
+      reader,
+    );
+    for (let chunk = await chunks.read(); chunk; chunk = await chunks.read()) {
+      reader.push(chunk);
+    }
+    assert.equal(frames.length, 0);
+    assert.deepEqual(reader.end(), {
+      truncated: { expectedBytes: 100_000, receivedBytes: 50_000 },
+    });
+  });
+
+  test("a lent space left unused still takes copied chunks; a space taken away and not given back is a ProtocolError", () => {
+    const whole = patternFrame(1000);
+    const frames: Frame[] = [];
+    const reader = new FrameReader({
+      onFrame: (frame) => frames.push(frame),
+      onStray: () => assert.fail("no stray bytes"),
+    });
+    reader.push(whole.subarray(0, 116));
+    assert.equal(reader.frameSpace()?.byteLength, 900);
+    reader.push(whole.slice(116, 516));
+    assert.equal(reader.frameSpace()?.byteLength, 500);
+    reader.push(whole.slice(516));
+    assert.equal(frames.length, 1);
+    assert.deepEqual([...frames[0]!.head], [...whole.subarray(16)]);
+
+    const other = new FrameReader({ onFrame: () => {}, onStray: () => {} });
+    other.push(whole.subarray(0, 116));
+    const space = other.frameSpace()!;
+    const taken = space.buffer as ArrayBuffer;
+    structuredClone(taken, { transfer: [taken] });
+    assert.throws(
+      () => other.push(whole.slice(116, 200)),
+      (error: unknown) =>
+        error instanceof ProtocolError &&
+        /did not give it back/.test(error.message),
     );
   });
 });
