@@ -32,9 +32,13 @@ function checkTrial(trial: OrphanTrial): void {
   const { report } = trial;
   assert.deepEqual(trial.survivors, [], `survivors of parent ${report.pid}`);
   assert.ok(trial.goneAfterMs <= DEADLINE_MS);
-  // The session, two pool workers, the other runtime's and the one stuck
-  // at import (more with wrappers such as bubblewrap).
-  assert.ok(trial.descendants.length >= 5, `${trial.descendants}`);
+  // The session, two pool workers, a pool worker and its replacement on
+  // standby, the other runtime's and the one stuck at import (more with
+  // wrappers such as bubblewrap).
+  assert.ok(trial.descendants.length >= 7, `${trial.descendants}`);
+  const standby = report.workers.standby;
+  assert.ok(standby !== undefined, "a replacement on standby");
+  assert.ok(trial.descendants.includes(standby), `standby ${standby} tracked`);
   for (const pid of report.spinning) {
     assert.ok(trial.descendants.includes(pid), `spinning ${pid} was tracked`);
   }
