@@ -36,7 +36,7 @@ export interface PendingCall extends CallRecord {
   /** The caller's signal, if any. */
   readonly signal: AbortSignal | undefined;
   /** The pid of each worker it was written to, in order (one per attempt). */
-  readonly pids: number[];
+  pids: number[];
   /** Deadline of the whole call in ms; 0 for none. */
   readonly totalTimeoutMs: number;
   /** The sticky routing key (pools), if any. */
@@ -158,6 +158,9 @@ function capture(
 
 function ignore(): void {}
 
+/** The pids of a call not written yet: shared, so never pushed to. */
+const NO_PIDS = Object.freeze([]) as unknown as number[];
+
 /**
  * A call record: one object per call, its fields in place and its methods
  * on the prototype (a record of a literal with two method closures, an
@@ -173,7 +176,7 @@ class Call implements PendingCall {
   readonly signal: AbortSignal | undefined;
   readonly promise: Promise<unknown>;
   attempts = 0;
-  readonly pids: number[] = [];
+  pids: number[] = NO_PIDS;
   readonly totalTimeoutMs: number;
   readonly key: CallKey | undefined;
   readonly trace: CallTraceContext | undefined;
@@ -327,7 +330,10 @@ export function armTotalDeadline(
  * @param pid The worker's pid.
  */
 export function noteSent(call: PendingCall, pid: number): void {
-  call.pids.push(pid);
+  // The first pid makes a list of one (an empty list grown by a push takes
+  // room for 17).
+  if (call.pids.length === 0) call.pids = [pid];
+  else call.pids.push(pid);
   if (call.trace !== undefined) {
     traceAttempt(call.trace, pid, call.attempts + 1);
   }

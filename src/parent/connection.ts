@@ -693,8 +693,8 @@ export class Connection {
     this.#stdoutReader = reader;
     try {
       while (true) {
-        const value = await reader.read();
-        if (value === undefined) break;
+        const { done, value } = await reader.read();
+        if (done || value === undefined) break;
         readingAnswers(() => frames.push(value));
       }
       this.#truncated = frames.end().truncated;

@@ -14,10 +14,13 @@ export const READ_BYTES = 64 * 1024;
  */
 export const COPY_READ_BYTES = 4 * 1024;
 
-/** Reads a stream chunk by chunk; `undefined` at its end. */
+/** Reads a stream chunk by chunk. */
 export interface ChunkReader {
-  /** The next chunk, or `undefined` once the stream has ended. */
-  read(): Promise<Uint8Array | undefined>;
+  /**
+   * The next chunk (`value`), or `done` once the stream has ended: the
+   * stream reader's own result where it can be (no promise step between).
+   */
+  read(): Promise<{ done: boolean; value?: Uint8Array | undefined }>;
   /** Stops reading and releases the stream. */
   cancel(): Promise<void>;
 }
@@ -30,6 +33,9 @@ export interface FrameSpace {
    */
   frameSpace(): Uint8Array | undefined;
 }
+
+/** What a reader's read gives at the end. */
+const END: { done: true; value: undefined } = { done: true, value: undefined };
 
 /**
  * Reads a stream in chunks. Where the stream is a byte stream (Deno), reads
@@ -57,7 +63,7 @@ export function chunkReader(
   } catch {
     const reader = stream.getReader();
     return {
-      read: () => reader.read().then((result) => result.value),
+      read: () => reader.read(),
       cancel: () => reader.cancel(),
     };
   }
@@ -69,16 +75,16 @@ export function chunkReader(
         // The frame reader takes this view (on the transferred buffer) as
         // the bytes it lent, in place.
         const { value, done } = await byob.read(space);
-        return done ? undefined : value;
+        return done || value === undefined ? END : { done: false, value };
       }
       const { value, done } = await byob.read(new Uint8Array(buffer));
-      if (done || value === undefined) return undefined;
+      if (done || value === undefined) return END;
       if (value.byteLength <= COPY_READ_BYTES) {
         buffer = value.buffer;
-        return value.slice();
+        return { done: false, value: value.slice() };
       }
       buffer = new ArrayBuffer(READ_BYTES);
-      return value;
+      return { done: false, value };
     },
     cancel: () => byob.cancel(),
   };
