@@ -252,8 +252,12 @@ describe("FrameReader reading in place", () => {
         return space;
       },
     });
-    for (let chunk = await chunks.read(); chunk; chunk = await chunks.read()) {
-      reader.push(chunk);
+    for (
+      let read = await chunks.read();
+      !read.done;
+      read = await chunks.read()
+    ) {
+      reader.push(read.value!);
     }
     assert.deepEqual(reader.end(), {});
     assert.equal(frames.length, 2);
@@ -279,8 +283,12 @@ describe("FrameReader reading in place", () => {
       byteStream(whole.subarray(0, 50_016), 4096),
       reader,
     );
-    for (let chunk = await chunks.read(); chunk; chunk = await chunks.read()) {
-      reader.push(chunk);
+    for (
+      let read = await chunks.read();
+      !read.done;
+      read = await chunks.read()
+    ) {
+      reader.push(read.value!);
     }
     assert.equal(frames.length, 0);
     assert.deepEqual(reader.end(), {
