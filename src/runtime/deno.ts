@@ -94,12 +94,13 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
  * the pipe (64 KiB), whose answer reached the parent only after the blocking
  * thread had been woken again (issue 16: a 71 KB answer arrived 0.15 to 2 ms
  * later under load). A chunk larger than the pipe holds the event loop until
- * the parent has read all but its last pipe-full, which takes no longer than
- * the parent's reads: the parent reads stdout all the time, and the
- * parent-death watchdog runs on a thread of its own. Larger chunks (big
- * binary attachments) keep the async path, so the loop is never held long.
+ * the parent has read all but its last pipe-full: the parent reads stdout
+ * all the time, and the parent-death watchdog runs on a thread of its own,
+ * but a concurrent worker's other handlers wait meanwhile, so only chunks up
+ * to 256 KiB (the loop held for at most the parent reading 192 KiB) are
+ * written so; larger ones (big binary values) keep the async path.
  */
-const SYNC_WRITE_BYTES = 1024 * 1024;
+const SYNC_WRITE_BYTES = 256 * 1024;
 
 /**
  * Stdin as chunks, read with `Deno.stdin.read` by a plain async iterator:
