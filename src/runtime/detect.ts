@@ -1,14 +1,11 @@
 /**
  * Runtime detection: the only place that asks which runtime this is.
  *
- * Only this runtime's adapter is loaded (a top-level `await` of a dynamic
- * import with a literal specifier, which `deno compile` and Bun's bundler
- * still include): importing airlock on Deno does not load the Bun adapter,
- * nor on Bun the Deno one.
- *
  * @module
  */
 
+import { bunAdapter } from "./bun.ts";
+import { denoAdapter } from "./deno.ts";
 import type { RuntimeAdapter, RuntimeName } from "./types.ts";
 
 /**
@@ -27,20 +24,6 @@ export function detectRuntime(): RuntimeName {
   );
 }
 
-/** This runtime's adapter (`undefined` on any other runtime). */
-async function loadOwnAdapter(): Promise<RuntimeAdapter | undefined> {
-  const global = globalThis as { Bun?: unknown; Deno?: unknown };
-  if (typeof global.Bun === "object" && global.Bun !== null) {
-    return (await import("./bun.ts")).bunAdapter;
-  }
-  if (typeof global.Deno === "object" && global.Deno !== null) {
-    return (await import("./deno.ts")).denoAdapter;
-  }
-  return undefined;
-}
-
-const own: RuntimeAdapter | undefined = await loadOwnAdapter();
-
 let replacement: RuntimeAdapter | undefined;
 
 /**
@@ -51,9 +34,8 @@ let replacement: RuntimeAdapter | undefined;
  * @throws {Error} on any other runtime.
  */
 export function detect(): RuntimeAdapter {
-  if (replacement !== undefined) return replacement;
-  if (own === undefined) detectRuntime(); // throws: neither Deno nor Bun
-  return own as RuntimeAdapter;
+  return replacement ??
+    (detectRuntime() === "bun" ? bunAdapter : denoAdapter);
 }
 
 /**
