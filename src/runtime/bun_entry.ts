@@ -8,7 +8,9 @@
  * at run time as before.
  *
  * Built once per parent process and Bun binary (the worker's own
- * `bun build`, about 0.05 s) into a private directory of this process
+ * `bun build`, 0.04 to 0.1 s, in the background from the first Bun worker's
+ * start: that worker, and any started before the build ends, runs
+ * `workers/entry.ts` itself) into a private directory of this process
  * (`mkdtemp` under the temporary directory, mode 0700, removed when the
  * process exits), never into a cache shared between processes: a bundle
  * kept in `~/.cache` could be rewritten by a worker of any later program
@@ -37,7 +39,7 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
-  spawnSync,
+  spawn,
   statSync,
   tmpdir,
 } from "./node_builtins.ts";
@@ -50,11 +52,22 @@ export interface BunEntryBundle {
   sha256: string;
 }
 
-/** Built once per process: key `binary\0entry` (`undefined`: not usable). */
-const bundles = new Map<string, BunEntryBundle | undefined>();
+/** A bundle being built, or the outcome (`undefined`: not usable). */
+type BundleState =
+  | { building: Promise<void>; keepAlive: () => void }
+  | { built: BunEntryBundle | undefined };
+
+/** Built once per process: key `binary\0entry`. */
+const bundles = new Map<string, BundleState>();
 
 /** This process's private directory, created on first use. */
 let privateDir: string | undefined;
+
+/** Builds still running, killed when this process exits. */
+const builders = new Set<{ kill(signal: "SIGKILL"): unknown }>();
+
+/** How long a build may take before it is given up, in ms. */
+const BUILD_TIMEOUT_MS = 60_000;
 
 /** A short, stable name for a string (FNV-1a, 2 x 32 bits). */
 function shortHash(text: string): string {
@@ -79,6 +92,8 @@ function directory(onExit: (callback: () => void) => void): string {
     const created = mkdtempSync(join(tmpdir(), "airlock-"));
     privateDir = created;
     onExit(() => {
+      // A build still running would write into the removed directory.
+      for (const builder of builders) builder.kill("SIGKILL");
       try {
         rmSync(created, { recursive: true, force: true });
       } catch {
@@ -91,30 +106,76 @@ function directory(onExit: (callback: () => void) => void): string {
   return dir;
 }
 
-function build(
+/**
+ * Builds the bundle in a child process (the worker's own `bun build`), which
+ * neither blocks this process nor keeps it alive.
+ */
+async function build(
   binary: string,
   entry: string,
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
-): BunEntryBundle | undefined {
+  started: (child: { ref(): void }) => void,
+): Promise<BunEntryBundle | undefined> {
   // airlock's own tree (from source, or as published: `.js`).
   if (!/\/workers\/entry\.[jt]s$/.test(entry)) return undefined;
   const dir = directory(onExit);
   const file = join(dir, `entry-${shortHash(`${binary}\0${entry}`)}.js`);
-  const result = spawnSync(
-    binary,
-    ["build", entry, "--target=bun", "--outfile", file],
-    {
-      stdio: "ignore",
-      env: { PATH: env.PATH ?? "/usr/bin:/bin", NO_COLOR: "1" },
-      timeout: 60_000,
-    },
-  );
-  if (result.status !== 0 || !existsSync(file)) {
+  const code = await new Promise<number | null>((resolve) => {
+    const child = spawn(
+      binary,
+      ["build", entry, "--target=bun", "--outfile", file],
+      {
+        stdio: "ignore",
+        env: { PATH: env.PATH ?? "/usr/bin:/bin", NO_COLOR: "1" },
+      },
+    );
+    builders.add(child);
+    child.unref();
+    started(child);
+    const timer = setTimeout(() => child.kill("SIGKILL"), BUILD_TIMEOUT_MS);
+    (timer as { unref?: () => void }).unref?.();
+    const done = (status: number | null): void => {
+      clearTimeout(timer);
+      builders.delete(child);
+      resolve(status);
+    };
+    child.once("error", () => done(null));
+    child.once("exit", (status) => done(status));
+  });
+  if (code !== 0 || !existsSync(file)) {
     rmSync(file, { force: true });
     return undefined;
   }
   return { file, sha256: sha256(readFileSync(file)) };
+}
+
+/** Starts the build for `key`, recording its outcome when it ends. */
+function startBuild(
+  key: string,
+  binary: string,
+  entry: string,
+  env: Readonly<Record<string, string | undefined>>,
+  onExit: (callback: () => void) => void,
+): BundleState {
+  const record = (built: BunEntryBundle | undefined): void => {
+    bundles.set(key, { built });
+  };
+  let child: { ref(): void } | undefined;
+  let wanted = false;
+  const state: BundleState = {
+    building: build(binary, entry, env, onExit, (started) => {
+      child = started;
+      if (wanted) started.ref();
+    }).then(record, () => record(undefined)),
+    // Someone awaits the build: it keeps this process alive until it ends.
+    keepAlive: () => {
+      wanted = true;
+      child?.ref();
+    },
+  };
+  bundles.set(key, state);
+  return state;
 }
 
 /**
@@ -162,19 +223,21 @@ function intact(built: BunEntryBundle): boolean {
 }
 
 /**
- * The pre-bundled worker entry for Bun workers run by `binary`, building it
- * on first use in this process and checking it against the hash kept in
- * memory on every call.
+ * The pre-bundled worker entry for Bun workers run by `binary`, checked
+ * against the hash kept in memory. The first call in this process starts the
+ * build in the background and returns `undefined` (that worker, and any
+ * started before the build ends, runs `entry` itself: a few ms more of its
+ * CPU, where a synchronous build held this process ~40-100 ms).
  *
  * @param binary The Bun binary the workers run (real path).
  * @param entry The path of `workers/entry.ts`.
  * @param env The parent's environment (for `PATH`).
  * @param onExit Registers a callback run when this process exits (the
- *   private directory is removed then).
+ *   private directory is removed then, a build still running killed).
  * @returns The bundle's path and hash (workers run it through
  *   `workers/bun_loader.ts`, which checks the bytes it runs against the
- *   hash), or `undefined` when workers must run `entry` itself (it could not
- *   be built, or it changed since it was built).
+ *   hash), or `undefined` when workers must run `entry` itself (not built
+ *   yet, it could not be built, or it changed since it was built).
  */
 export function bunEntryBundle(
   binary: string,
@@ -183,22 +246,39 @@ export function bunEntryBundle(
   onExit: (callback: () => void) => void,
 ): BunEntryBundle | undefined {
   const key = `${binary}\0${entry}`;
-  let built: BunEntryBundle | undefined;
-  if (bundles.has(key)) {
-    built = bundles.get(key);
-  } else {
-    try {
-      built = build(binary, entry, env, onExit);
-    } catch {
-      built = undefined;
-    }
-    bundles.set(key, built);
-  }
-  if (built === undefined) return undefined;
-  if (!intact(built)) {
+  const state = bundles.get(key) ??
+    startBuild(key, binary, entry, env, onExit);
+  if (!("built" in state) || state.built === undefined) return undefined;
+  if (!intact(state.built)) {
     // Someone wrote it: never again in this process.
-    bundles.set(key, undefined);
+    bundles.set(key, { built: undefined });
     return undefined;
   }
-  return built;
+  return state.built;
+}
+
+/**
+ * {@linkcode bunEntryBundle} once its build (started now if need be) has
+ * ended.
+ *
+ * @param binary The Bun binary the workers run (real path).
+ * @param entry The path of `workers/entry.ts`.
+ * @param env The parent's environment (for `PATH`).
+ * @param onExit Registers a callback run when this process exits.
+ * @returns What {@linkcode bunEntryBundle} gives then.
+ */
+export async function builtBunEntryBundle(
+  binary: string,
+  entry: string,
+  env: Readonly<Record<string, string | undefined>>,
+  onExit: (callback: () => void) => void,
+): Promise<BunEntryBundle | undefined> {
+  const key = `${binary}\0${entry}`;
+  const state = bundles.get(key) ??
+    startBuild(key, binary, entry, env, onExit);
+  if ("building" in state) {
+    state.keepAlive();
+    await state.building;
+  }
+  return bunEntryBundle(binary, entry, env, onExit);
 }

@@ -171,6 +171,9 @@ export const spawnSync: typeof ChildProcess.spawnSync = lazy(
   "spawnSync",
 );
 
+/** `node:child_process` `spawn`. */
+export const spawn: typeof ChildProcess.spawn = lazy(childProcess, "spawn");
+
 /** `node:buffer` `Buffer`: the members airlock uses. */
 export const Buffer: Pick<typeof Buffer_.Buffer, "from"> = {
   from: lazy(() => buffer().Buffer, "from"),

@@ -35,6 +35,7 @@ import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
 import process from "node:process";
 import { session } from "../../mod.ts";
+import { builtBunEntryBundle } from "../../src/runtime/bun_entry.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
 import { captureLog, checkNoLeaks, fixture, scratchDir } from "../_helpers.ts";
 import { bwrapSkip, sandboxSkip } from "./_sandbox.ts";
@@ -72,14 +73,30 @@ let bundle: string | undefined;
 /** The bundle this process's Bun workers run (asked of the first one). */
 async function bundlePath(): Promise<string> {
   if (bundle !== undefined) return bundle;
-  await using first = await session<typeof evaluate>(worker, {
-    ...captureLog(),
-    runtime: "bun",
-  });
-  // bun --no-env-file <workers/bun_loader.ts> <bundle> <sha256> <module>
-  const ran = await first.run("return process.argv[2]");
-  assert.equal(ran.ok, true);
-  bundle = String((ran as { value: unknown }).value);
+  const argv = async (): Promise<string[]> => {
+    await using s = await session<typeof evaluate>(worker, {
+      ...captureLog(),
+      runtime: "bun",
+    });
+    const ran = await s.run("return [process.argv0, ...process.argv]");
+    assert.equal(ran.ok, true);
+    return (ran as { value: string[] }).value;
+  };
+  // bun --no-env-file <workers/bun_loader.ts> <bundle> <sha256> <module>, or
+  // for the first Bun worker of the process, which starts the build:
+  // bun --no-env-file <workers/entry.ts> <module>
+  let seen = await argv();
+  if (!/\/bun_loader\.[jt]s$/.test(seen[2] ?? "")) {
+    await builtBunEntryBundle(
+      seen[1] ?? "",
+      seen[2] ?? "",
+      process.env,
+      () => {},
+    );
+    seen = await argv();
+  }
+  assert.match(seen[2] ?? "", /\/bun_loader\.[jt]s$/, seen.join(" "));
+  bundle = seen[3] ?? "";
   return bundle;
 }
 
