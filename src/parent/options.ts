@@ -373,8 +373,8 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
   /**
    * A worker is recycled after this many calls. Its replacement starts in
    * the background once the calls it has left would take about as long as a
-   * start (from the last start's time and the worker's pace, with a margin:
-   * with fast calls, as soon as the worker takes its first call), and at the
+   * start (from the last start's time and the worker's pace since its first
+   * call, with a margin: with fast calls, at its second call), and at the
    * latest for its last tenth of calls; it waits on standby (no calls, not
    * counted toward `max`, shown as `perWorker[].standby`) and takes over when
    * the worker retires, so calls need not wait for a start. The cost is one

@@ -179,8 +179,11 @@ interface PoolWorker {
   predecessor: PoolWorker | undefined;
   /** Whether it takes no calls yet: its predecessor still serves. */
   standby: boolean;
-  /** When it joined the pool (ms since the epoch), for its pace. */
-  adoptedAt: number;
+  /**
+   * When it was given its first call (ms since the epoch; 0 before), for its
+   * pace: a worker prewarmed or idle before its first call is not slow.
+   */
+  firstCallAt: number;
   idleTimer: ReturnType<typeof setTimeout> | undefined;
   /** The sticky keys bound to it. */
   keys: Set<CallKey>;
@@ -300,7 +303,7 @@ class PoolCore extends ModeCore {
           heir: undefined,
           predecessor: undefined,
           standby: false,
-          adoptedAt: Date.now(),
+          firstCallAt: 0,
           idleTimer: undefined,
           keys: new Set(),
           capacity: this.limits.concurrency,
@@ -619,18 +622,23 @@ class PoolCore extends ModeCore {
     const limit = this.limits.maxTasksPerWorker;
     if (limit === 0) return;
     // The replacement starts early enough to be ready when the worker
-    // retires: when the calls left would take about as long as a start (from
-    // the last start's time and this worker's pace, with a margin), and no
-    // later than its last tenth of calls. It waits on standby until then, so
-    // at most `max` workers take calls; meanwhile the pool runs one process
-    // more per worker being replaced.
+    // retires: when the calls left would take about 1.5 times the last start
+    // at this worker's pace (measured from its first call on, so from its
+    // second call), and no later than its last tenth of calls. It waits on
+    // standby until then, so at most `max` workers take calls; meanwhile the
+    // pool runs one process more per worker being replaced.
     if (!worker.succeeded) {
       const left = limit - worker.calls;
-      const msPerCall = (Date.now() - worker.adoptedAt) / worker.calls;
-      const lead = Math.max(
-        Math.ceil(limit / 10),
-        msPerCall > 0 ? Math.ceil((1.5 * this.#startMs) / msPerCall) : limit,
-      );
+      const now = Date.now();
+      if (worker.firstCallAt === 0) worker.firstCallAt = now;
+      let lead = Math.ceil(limit / 10);
+      if (worker.calls > 1) {
+        const msPerCall = (now - worker.firstCallAt) / (worker.calls - 1);
+        lead = Math.max(
+          lead,
+          msPerCall > 0 ? Math.ceil((1.5 * this.#startMs) / msPerCall) : limit,
+        );
+      }
       if (
         left <= lead && left > 0 &&
         this.#servingAfterReplacements() <= this.limits.max

@@ -114,9 +114,11 @@ describe("pool() dispatch (in memory)", () => {
       max: 1,
       maxTasksPerWorker: 4,
     });
-    // Called as the worker arrives: its pace is unknown, the replacement
-    // starts at once.
-    const first = await p.whoami();
+    // Its pace counts from its first call: the replacement starts at the
+    // second call at the latest (here also the last tenth rule's floor).
+    await p.whoami();
+    const [first, second] = await Promise.all([p.whoami(), p.whoami()]);
+    assert.equal(second, first);
     await until(
       () => p.stats().perWorker.some((worker) => worker.standby),
       10_000,
@@ -126,11 +128,35 @@ describe("pool() dispatch (in memory)", () => {
     assert.ok(heir && heir.pid !== first);
     assert.equal(p.stats().workers, 2, "both processes are counted");
     // With max 1, it takes no call while the worker serves.
-    for (let i = 0; i < 3; i++) assert.equal(await p.whoami(), first);
+    assert.equal(await p.whoami(), first);
     assert.equal(p.stats().recycledBy.tasks, 1);
     // The next call runs on the replacement started ahead.
     assert.equal(await p.whoami(), heir.pid);
     assert.equal(rt.children.findIndex((c) => c.pid === heir.pid), 1);
+  });
+
+  test("pool() paces a prewarmed worker from its first call, not from its start: a replacement starts ahead in a burst after idling", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, {
+      ...quiet,
+      max: 1,
+      prewarm: 1,
+      maxTasksPerWorker: 20,
+    });
+    await until(() => p.stats().workers === 1, 10_000, "the prewarmed worker");
+    // Idle for a while before its first call (not a wait for an event: the
+    // gap is the subject). Paced from its start, it would look slow.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await within(
+      Promise.all(Array.from({ length: 5 }, () => p.whoami())),
+      10_000,
+      "a burst of 5",
+    );
+    const stats = p.stats();
+    const ahead = stats.starting +
+      stats.perWorker.filter((worker) => worker.standby).length;
+    assert.equal(ahead, 1, "its replacement was started with 15 calls left");
+    assert.equal(stats.recycledBy.tasks, 0);
   });
 
   test("pool() with recycling never has more than max workers taking calls, nor more than one replacement per worker", async () => {

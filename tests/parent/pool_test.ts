@@ -151,9 +151,8 @@ describe("pool() cancellation and close", needsWorkers(), () => {
       maxTasksPerWorker: 3,
     });
     try {
-      // Called as the worker arrives, with 2 calls left: its replacement
-      // starts at once.
-      await p.whoami();
+      // Two of its three calls: its replacement starts at the second.
+      await Promise.all([p.whoami(), p.whoami()]);
       await until(
         () => p.stats().perWorker.some((w) => w.standby),
         30_000,
