@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
 import {
   AirlockError,
   type OneShotOptions,
@@ -347,6 +348,32 @@ describe("session() restart and close", needsWorkers(), () => {
     assert.equal(error.op, "add");
     const restart = await s.restart().then(() => undefined, (e) => e);
     assert.ok(restart instanceof SessionClosedError);
+  });
+
+  test("session() a call that fails with nobody awaiting it is no unhandled rejection", async () => {
+    // The mode counts a settled call without a promise reaction of its own;
+    // a rejected call is still marked handled (_call.ts).
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown): void => {
+      unhandled.push(reason);
+    };
+    process.on("unhandledRejection", onUnhandled);
+    try {
+      const s = await session<typeof behaviour>(worker, captureLog());
+      s.throwCustom(); // the handle dropped
+      s.call("throwCustom", []); // the promise dropped
+      s.hang(); // ended by close({ force })
+      await until(() => s.stats().failed === 2, 30_000, "two failures");
+      await s.close({ force: true });
+      assert.equal(s.stats().failed, 3);
+      // Rejections nobody handled are reported once the event loop turns.
+      for (let turn = 0; turn < 3; turn++) {
+        await new Promise((resolve) => setTimeout(resolve, 0));
+      }
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off("unhandledRejection", onUnhandled);
+    }
   });
 
   test("session() close({ force: true }) ends running calls, kills the worker and resolves once it is gone", async () => {
