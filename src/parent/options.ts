@@ -414,7 +414,9 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * the worker is left with nothing queued behind its running calls while
    * calls wait in the pool's queue (so it grows only while the parent cannot
    * keep the worker fed, as with trivial calls), and closes to 0 when the
-   * worker's answers come slower than 4 ms per call (then regrows from 1).
+   * worker's answers come slower than 4 ms per call (then regrows from 1);
+   * nothing more is written ahead to a worker that has not answered for
+   * 4 ms (its running call may be long).
    * Written-ahead calls' deadlines (`timeoutMs`) start when they start. If
    * the worker crashes,
    * the calls it had not started go back to the queue whatever their op

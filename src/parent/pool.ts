@@ -203,9 +203,9 @@ interface PoolWorker {
 /**
  * A worker whose answers came slower than this many ms per call (as the
  * parent sees them: from the answers before, or from when it was given a call
- * while idle) gets nothing written ahead until its window regrows: calls
- * written ahead behind long calls would wait although another worker may be
- * free.
+ * while idle) gets nothing written ahead until its window regrows, nor does a
+ * busy worker that has not answered for that long: calls written ahead behind
+ * long calls would wait although another worker may be free.
  */
 const LONG_CALL_MS = 4;
 
@@ -544,10 +544,13 @@ class PoolCore extends ModeCore {
   #hasRoom(worker: PoolWorker, ahead: boolean): boolean {
     if (worker.retiring || worker.standby || !worker.conn.alive) return false;
     const occupancy = worker.conn.occupancy;
-    // Never written ahead behind a stream: it may hold its slot for long.
-    return occupancy < this.limits.concurrency ||
-      (ahead && occupancy < this.limits.concurrency + worker.window &&
-        !worker.conn.streaming);
+    if (occupancy < this.limits.concurrency) return true;
+    // Never written ahead behind a stream, nor behind a call that has run
+    // longer than a long call already (no answer for LONG_CALL_MS): either
+    // may hold its slot for long.
+    return ahead && occupancy < this.limits.concurrency + worker.window &&
+      performance.now() - worker.markAt <= LONG_CALL_MS &&
+      !worker.conn.streaming;
   }
 
   /** The worker with room running the fewest calls, if any. */

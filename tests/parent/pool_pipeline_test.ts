@@ -159,4 +159,18 @@ describe("pool() pipelining (in memory)", () => {
     assert.equal(p.stats().perWorker[0]?.running, 1);
     await within(Promise.all([slow, ...next]), 10_000, "the calls");
   });
+
+  test("pool() writes nothing more ahead behind a call that has run for long", async () => {
+    using _rt = runtime();
+    await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
+    await p.whoami();
+    await within(Promise.all(burst(p, 50)), 10_000, "the burst");
+    const long = p.delay(300, "long");
+    // Time passes while it runs (the subject here, not a wait for an event).
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const next = [p.whoami(), p.whoami()];
+    assert.equal(p.stats().queued, 2, "both wait in the pool's queue");
+    assert.equal(p.stats().perWorker[0]?.running, 1);
+    await within(Promise.all([long, ...next]), 10_000, "the calls");
+  });
 });
