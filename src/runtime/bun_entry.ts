@@ -124,7 +124,17 @@ async function build(
   const code = await new Promise<number | null>((resolve) => {
     const child = spawn(
       binary,
-      ["build", entry, "--target=bun", "--outfile", file],
+      // Minified (names kept, for stacks and error names): its import
+      // costs a Bun worker ~0.5 ms less CPU (3.6-3.7 -> 3.1 ms).
+      [
+        "build",
+        entry,
+        "--target=bun",
+        "--minify",
+        "--keep-names",
+        "--outfile",
+        file,
+      ],
       {
         stdio: "ignore",
         env: { PATH: env.PATH ?? "/usr/bin:/bin", NO_COLOR: "1" },
