@@ -35,24 +35,37 @@ describe("pool() pipelining (in memory)", () => {
     using rt = runtime();
     await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
     const first = await p.whoami();
-    // A burst of short calls opens the worker's window (it starts at 1).
-    await within(Promise.all(burst(p, 50)), 10_000, "the burst");
-    const hung = p.hang();
-    // Written ahead (count is not idempotent): with concurrency 1 honoured,
-    // neither may start while `hang` runs.
-    const counts = [p.count(), p.count()];
+    // A burst of short calls opens the worker's window (it starts at 1; a
+    // slow turn of a loaded machine may close it again): until a long call
+    // and two calls after it are written to the worker at once. Calls are
+    // written as they are made, so that shows at once.
+    let hung: Promise<unknown> | undefined;
+    let counts: Promise<number>[] = [];
+    for (let attempt = 0; attempt < 20 && !hung; attempt++) {
+      await within(Promise.all(burst(p, 50)), 10_000, "the burst");
+      const controller = new AbortController();
+      const long = p.call("untilCancelled", [], { signal: controller.signal });
+      // Written ahead (count is not idempotent): with concurrency 1
+      // honoured, neither may start while the long call runs.
+      const tried = [p.count(), p.count()];
+      if (p.stats().perWorker[0]?.running === 3) {
+        [hung, counts] = [long, tried];
+      } else {
+        controller.abort(new Error("window not open yet"));
+        await Promise.allSettled([long, ...tried]);
+      }
+    }
+    assert.ok(hung, "two calls written ahead behind a long one");
     let settled = 0;
     for (const call of counts) call.finally(() => settled++).catch(() => {});
-    await until(
-      () => p.stats().perWorker[0]?.running === 3,
-      10_000,
-      "both calls written ahead",
-    );
+    // Time for a worker that ignored `limit` to run them (it must not).
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(p.stats().perWorker[0]?.running, 3);
     assert.equal(p.stats().queued, 0, "nothing waits in the pool's queue");
-    assert.equal(settled, 0, "no call written ahead started beside hang");
+    assert.equal(settled, 0, "no call written ahead started beside it");
     rt.live().find((child) => child.pid === first)?.crash("SIGKILL");
     const crash = await rejection(hung, WorkerCrashedError);
-    assert.equal(crash.op, "hang");
+    assert.equal(crash.op, "untilCancelled");
     // They never started: each runs once, on the new worker.
     assert.deepEqual(await within(Promise.all(counts), 10_000, "counts"), [
       1,
@@ -62,8 +75,8 @@ describe("pool() pipelining (in memory)", () => {
     assert.notEqual(await p.whoami(), first);
     assert.equal(await p.count(), 3);
     const stats = p.stats();
-    assert.equal(stats.failed, 1);
-    assert.equal(stats.completed, 55);
+    assert.equal(stats.completed + stats.failed, stats.calls);
+    assert.ok(stats.failed >= 1);
   });
 
   test("pool() with concurrency 1 runs calls written ahead one after the other, each the moment the one before ends", async () => {
