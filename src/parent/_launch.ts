@@ -30,13 +30,53 @@ type StartCode = typeof import("./_start_worker.ts");
 
 let startCode: StartCode | undefined;
 let startCodeLoading: Promise<StartCode> | undefined;
+let importStartCode = (): Promise<StartCode> => import("./_start_worker.ts");
 
-/** Loads the start code once; later starts get it without waiting. */
+/**
+ * Loads the start code once; later starts get it without waiting. A failed
+ * load is not remembered: the next start tries again.
+ */
 function loadStartCode(): Promise<StartCode> {
-  startCodeLoading ??= import("./_start_worker.ts").then((loaded) =>
-    startCode = loaded
+  startCodeLoading ??= importStartCode().then(
+    (loaded) => startCode = loaded,
+    (cause) => {
+      startCodeLoading = undefined;
+      throw cause;
+    },
   );
   return startCodeLoading;
+}
+
+/**
+ * Replaces how the start code is imported, for tests of a damaged install;
+ * `undefined` restores the real import (and forgets a loaded copy).
+ *
+ * @param importer Returns the start code module, or rejects.
+ */
+export function setStartCodeImporterForTest(
+  importer: (() => Promise<StartCode>) | undefined,
+): void {
+  importStartCode = importer ??
+    (() => import("./_start_worker.ts"));
+  startCode = undefined;
+  startCodeLoading = undefined;
+}
+
+/** A start code that could not be loaded, as the error of the start. */
+function startCodeMissing(
+  options: ResolvedWorkerOptions,
+  cause: unknown,
+): WorkerStartError {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  return new WorkerStartError({
+    module: options.label,
+    failure: "spawn",
+    detail:
+      `airlock's own start code (src/parent/_start_worker.ts and the launch code it imports) could not be loaded: ${reason}. ` +
+      "The installed package is incomplete or damaged: reinstall @airlock/airlock " +
+      "(for a compiled binary, compile it again with airlock's files included).",
+    cause,
+  });
 }
 
 /**
@@ -66,8 +106,11 @@ export function launchWorker(
   // Once loaded, the start begins in this turn, as a direct call would.
   return startCode
     ? startCode.startWorker(options, adapter, events, mode, signal)
-    : loadStartCode().then((code) =>
-      code.startWorker(options, adapter, events, mode, signal)
+    : loadStartCode().then(
+      (code) => code.startWorker(options, adapter, events, mode, signal),
+      (cause) => {
+        throw startCodeMissing(options, cause);
+      },
     );
 }
 
