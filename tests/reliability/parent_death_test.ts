@@ -86,12 +86,11 @@ describe("parent death", () => {
 
         const wait = IDLE_MS - (Date.now() - idle.startedAt);
         if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-        const workers = Object.values(idle.report.workers);
         assert.ok(idle.report.workers.late !== undefined);
-        for (const pid of workers) {
+        for (const [name, pid] of Object.entries(idle.report.workers)) {
           assert.ok(
-            isAlive(pid),
-            `worker ${pid} still runs after ${IDLE_MS} ms`,
+            pid !== undefined && isAlive(pid),
+            `worker ${name} (${pid}) died before its parent, idle ${IDLE_MS} ms`,
           );
         }
         const trial = await idle.kill(DEADLINE_MS);
