@@ -162,18 +162,41 @@ export function prepareCodeCache(dir: string, parentDenoDir: string): void {
     }
   }
   const location = join(dir, LOCATION_DATA);
-  if (isDirectory(location)) return;
-  // A file or a link in its place: removed (not recursively: a directory
-  // another start made meanwhile stays).
-  try {
-    rmSync(location, { force: true });
-  } catch {
-    // Made a directory meanwhile.
+  // Never removed in place: Deno's rmSync and unlinkSync remove an empty
+  // directory too, so a start that removed what it took for a stray file
+  // took the directory a racing start had just made (which then failed to
+  // mount its tmpfs there). mkdir(2) makes it or fails, never replacing.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    if (isDirectory(location)) return;
+    try {
+      mkdirSync(location, { mode: 0o700 });
+      return;
+    } catch (error) {
+      if (isDirectory(location)) return;
+      if (linkOf(location) === undefined) throw error;
+    }
+    // A file or a link in its place (never made by airlock): moved aside,
+    // then removed; had a racing start put its directory there meanwhile,
+    // that is moved back.
+    const stale = join(dir, `${LOCATION_DATA}.${crypto.randomUUID()}`);
+    try {
+      renameSync(location, stale);
+    } catch {
+      continue; // moved by a racing start
+    }
+    if (isDirectory(stale)) {
+      try {
+        renameSync(stale, location);
+      } catch {
+        // A directory there again: this one is not needed.
+      }
+    }
+    rmSync(stale, { recursive: true, force: true });
   }
-  try {
-    mkdirSync(location, { mode: 0o700 });
-  } catch (error) {
-    if (!isDirectory(location)) throw error;
+  if (!isDirectory(location)) {
+    throw new Error(
+      `Cannot prepare the code cache: ${location} keeps being replaced by something that is not a directory`,
+    );
   }
 }
 
