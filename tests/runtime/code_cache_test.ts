@@ -30,9 +30,13 @@ import {
   within,
 } from "../_helpers.ts";
 import {
+  markWarmUpStuck,
   prepareCodeCache,
   pruneCodeCaches,
+  STUCK_MARK,
+  STUCK_RETRY_MS,
   USED_MARK,
+  warmUpStuckRecently,
 } from "../../src/runtime/launch/code_cache.ts";
 
 checkNoLeaks();
@@ -457,4 +461,21 @@ process.exit(0);
     for (const c of children) c.child.kill("SIGKILL");
     await Promise.all(children.map((c) => c.exited));
   }
+});
+
+test("a warm-up that ran past its timeout is skipped by every process for STUCK_RETRY_MS, then tried again", () => {
+  const dir = root.join("stuck-warm-up");
+  mkdirSync(dir);
+  assert.equal(warmUpStuckRecently(dir), false, "never stuck");
+  const at = 1_700_000_000_000;
+  markWarmUpStuck(dir, at);
+  assert.equal(warmUpStuckRecently(dir, at), true);
+  assert.equal(warmUpStuckRecently(dir, at + STUCK_RETRY_MS - 1), true);
+  assert.equal(warmUpStuckRecently(dir, at + STUCK_RETRY_MS), false);
+  // A clock set back, or a mark that is not a time: tried again.
+  assert.equal(warmUpStuckRecently(dir, at - 1), false);
+  writeFileSync(join(dir, STUCK_MARK), "not a time");
+  assert.equal(warmUpStuckRecently(dir, at), false);
+  // A directory it cannot write: not recorded, no throw.
+  markWarmUpStuck(join(dir, "missing", "deeper"), at);
 });

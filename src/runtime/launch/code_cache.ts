@@ -34,6 +34,7 @@ import {
   mkdirSync,
   readdir,
   readdirSync,
+  readFileSync,
   readlinkSync,
   renameSync,
   rm,
@@ -232,6 +233,56 @@ export function isWarm(dir: string): boolean {
  */
 export function markWarm(dir: string): void {
   writeFileSync(join(dir, WARM_MARK), "");
+}
+
+/**
+ * The file the parent writes into a cache when its warm-up ran past its
+ * timeout (warm_up.ts, `WARM_UP_TIMEOUT_MS`: a module that hangs or works
+ * long at import): when, in ms since the epoch.
+ */
+export const STUCK_MARK = "airlock-warm-up-stuck";
+
+/**
+ * After a warm-up ran past its timeout, the cache's warm-ups are skipped this
+ * long (by every process): its workers start at once, without the warmed
+ * cache, instead of each process's first start waiting the whole timeout
+ * again.
+ */
+export const STUCK_RETRY_MS = 60 * 60 * 1000;
+
+/**
+ * Records that the cache's warm-up ran past its timeout.
+ *
+ * @param dir The directory, from {@linkcode codeCacheDir}.
+ * @param now The time to record (ms since the epoch).
+ */
+export function markWarmUpStuck(dir: string, now: number = Date.now()): void {
+  try {
+    writeFileSync(join(dir, STUCK_MARK), String(now));
+  } catch {
+    // Not recorded: a later process tries the warm-up again.
+  }
+}
+
+/**
+ * Whether the cache's warm-up ran past its timeout less than
+ * {@linkcode STUCK_RETRY_MS} ago.
+ *
+ * @param dir The directory, from {@linkcode codeCacheDir}.
+ * @param now The current time (ms since the epoch).
+ * @returns `true` while its warm-ups are to be skipped.
+ */
+export function warmUpStuckRecently(
+  dir: string,
+  now: number = Date.now(),
+): boolean {
+  let at: number;
+  try {
+    at = Number(readFileSync(join(dir, STUCK_MARK), "utf8"));
+  } catch {
+    return false;
+  }
+  return Number.isFinite(at) && now >= at && now - at < STUCK_RETRY_MS;
 }
 
 /** The file whose modification time says when a process last used a cache. */

@@ -17,8 +17,10 @@ import {
   clearLocationData,
   isWarm,
   markWarm,
+  markWarmUpStuck,
   pruneCodeCachesOnce,
   touchCodeCache,
+  warmUpStuckRecently,
 } from "./code_cache.ts";
 import { resolvePermissions } from "../permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../types.ts";
@@ -63,6 +65,8 @@ async function drain(stream: ReadableStream<Uint8Array>): Promise<void> {
 interface Run {
   stopped: boolean;
   child: ChildHandle | undefined;
+  /** Killed at {@linkcode WARM_UP_TIMEOUT_MS}. */
+  timedOut: boolean;
 }
 
 /**
@@ -98,6 +102,7 @@ async function runToEnd(
   let killed = false;
   const timer = setTimeout(() => {
     killed = true;
+    run.timedOut = true;
     child.kill("SIGKILL");
   }, WARM_UP_TIMEOUT_MS);
   const status = await child.exited;
@@ -115,7 +120,7 @@ function startWarmUp(
   adapter: RuntimeAdapter,
   dir: string,
 ): WarmUp {
-  const run: Run = { stopped: false, child: undefined };
+  const run: Run = { stopped: false, child: undefined, timedOut: false };
   let command: WorkerCommand | undefined;
   try {
     command = buildWorkerCommand(
@@ -139,10 +144,16 @@ function startWarmUp(
     // compiled again; the rest is found. An empty one needs two (Deno
     // writes the transpiled modules on the first, the rest of the V8 code
     // cache on the second).
+    // One ran past its timeout lately (a module that hangs or works long
+    // at import): the start does not wait for another.
+    if (warmUpStuckRecently(dir)) return;
     const runs = isWarm(dir) ? 1 : 2;
     for (let i = 0; i < runs; i++) {
       // Not started, killed at its timeout or stopped: not marked.
-      if (!(await runToEnd(adapter, command, run))) return;
+      if (!(await runToEnd(adapter, command, run))) {
+        if (run.timedOut) markWarmUpStuck(dir);
+        return;
+      }
     }
     try {
       clearLocationData(dir);
