@@ -136,7 +136,21 @@ describe("pool() dispatch (in memory)", () => {
   });
 
   test("pool() paces a prewarmed worker from its first call, not from its start: a replacement starts ahead in a burst after idling", async () => {
-    using _rt = runtime();
+    // Starts that take 200 ms (a simulated start cost, not a wait): the
+    // burst's calls, even slowed by a loaded machine, are then far quicker
+    // than a start, so its replacement is due at once. (With the in-memory
+    // start of a few ms, a call slowed past the start's pace by load left
+    // the replacement for later, and the test failed now and then.)
+    using _rt = memoryRuntime({
+      load: async (child) => {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        return {
+          default: memoryWorker(child.pid, {
+            crash: () => child.crash("SIGKILL"),
+          }),
+        };
+      },
+    });
     await using p = pool<typeof memory>(MODULE, {
       ...quiet,
       max: 1,
