@@ -33,7 +33,6 @@
 
 import {
   createHash,
-  existsSync,
   join,
   mkdirSync,
   mkdtempSync,
@@ -42,6 +41,7 @@ import {
   spawn,
   statSync,
   tmpdir,
+  writeFileSync,
 } from "./node_builtins.ts";
 
 /** A built bundle and the SHA-256 of what was built. */
@@ -106,9 +106,23 @@ function directory(onExit: (callback: () => void) => void): string {
   return dir;
 }
 
+/** The most bytes a bundle may have (it is ~50 KB): past it, not built. */
+const MAX_BUNDLE_BYTES = 16 * 1024 * 1024;
+
 /**
  * Builds the bundle in a child process (the worker's own `bun build`), which
  * neither blocks this process nor keeps it alive.
+ *
+ * The build prints the bundle to its stdout: the hash is taken of the bytes
+ * this process read from the pipe, and only then are they written, to a new
+ * file (`O_CREAT | O_EXCL`, mode 0600, under a name not used before). Built
+ * into a file by `bun build` and hashed from there, the bytes could be
+ * rewritten in between by any process of this user granted write on the
+ * temporary directory (a worker of another airlock program), and the parent
+ * would have trusted them. It runs in the private directory with
+ * `--config=/dev/null`: a `bunfig.toml` in the parent's working directory
+ * (which a worker granted write on the project could plant) would
+ * otherwise shape airlock's worker code (its `[define]`, `[loader]`).
  */
 async function build(
   binary: string,
@@ -120,44 +134,79 @@ async function build(
   // airlock's own tree (from source, or as published: `.js`).
   if (!/\/workers\/entry\.[jt]s$/.test(entry)) return undefined;
   const dir = directory(onExit);
-  const file = join(dir, `entry-${shortHash(`${binary}\0${entry}`)}.js`);
+  const chunks: Uint8Array[] = [];
+  let size = 0;
   const code = await new Promise<number | null>((resolve) => {
     const child = spawn(
       binary,
       // Minified (names kept, for stacks and error names): its import
       // costs a Bun worker ~0.5 ms less CPU (3.6-3.7 -> 3.1 ms).
       [
+        "--config=/dev/null",
         "build",
         entry,
         "--target=bun",
         "--minify",
         "--keep-names",
-        "--outfile",
-        file,
       ],
       {
-        stdio: "ignore",
+        cwd: dir,
+        stdio: ["ignore", "pipe", "ignore"],
         env: { PATH: env.PATH ?? "/usr/bin:/bin", NO_COLOR: "1" },
       },
     );
     builders.add(child);
+    const stdout = child.stdout as
+      | (NonNullable<typeof child.stdout> & {
+        ref?: () => void;
+        unref?: () => void;
+      })
+      | null;
     child.unref();
-    started(child);
+    stdout?.unref?.();
+    started({
+      ref() {
+        child.ref();
+        stdout?.ref?.();
+      },
+    });
     const timer = setTimeout(() => child.kill("SIGKILL"), BUILD_TIMEOUT_MS);
     (timer as { unref?: () => void }).unref?.();
+    stdout?.on("data", (chunk: Uint8Array) => {
+      size += chunk.byteLength;
+      if (size > MAX_BUNDLE_BYTES) child.kill("SIGKILL");
+      else chunks.push(chunk);
+    });
     const done = (status: number | null): void => {
       clearTimeout(timer);
       builders.delete(child);
       resolve(status);
     };
     child.once("error", () => done(null));
-    child.once("exit", (status) => done(status));
+    // "close": the exit, and stdout read to its end.
+    child.once("close", (status) => done(status));
   });
-  if (code !== 0 || !existsSync(file)) {
-    rmSync(file, { force: true });
+  if (code !== 0 || size === 0 || size > MAX_BUNDLE_BYTES) return undefined;
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  const file = join(
+    dir,
+    `entry-${shortHash(`${binary}\0${entry}`)}${
+      crypto.randomUUID().replaceAll("-", "")
+    }.js`,
+  );
+  try {
+    // O_CREAT | O_EXCL: a file (or link) put there first is never written
+    // through, and the build is not used.
+    writeFileSync(file, bytes, { flag: "wx", mode: 0o600 });
+  } catch {
     return undefined;
   }
-  return { file, sha256: sha256(readFileSync(file)) };
+  return { file, sha256: sha256(bytes) };
 }
 
 /** Starts the build for `key`, recording its outcome when it ends. */
@@ -215,9 +264,12 @@ function stampOf(file: string): { stamp: string; settled: boolean } {
  * when its stamp changed since the last hash: a write changes its mtime and
  * ctime (which no process can set back without changing the system clock),
  * a replacement its inode; a stamp is kept only once the last change is
- * older than a clock tick. This check only chooses between the bundle and
- * the entry itself; what keeps a changed bundle from running is the loader,
- * which hashes the very bytes it runs against the parent's hash.
+ * older than a clock tick. Not every write: stores through a shared mapping
+ * made writable before the hash leave the times alone, so a process able to
+ * write the file can keep a changed bundle looking intact here. This check
+ * only chooses between the bundle and the entry itself; what keeps a
+ * changed bundle from running is the loader, which hashes the very bytes it
+ * runs against the parent's hash and refuses others (that start fails).
  */
 function intact(built: BunEntryBundle): boolean {
   try {
