@@ -241,7 +241,14 @@ function startBuild(
  * The file's identity and last change (device, inode, size, mtime, ctime),
  * as recorded when its bytes were last hashed here: `file` to stamp.
  */
-const verified = new Map<string, string>();
+const verified = new Map<string, { stamp: string; at: number }>();
+
+/**
+ * How long a kept stamp is trusted before the bytes are hashed again, in ms
+ * (a change through a shared mapping keeps the stamp: it is caught within
+ * this, and the bundle is not given again).
+ */
+const REHASH_EVERY_MS = 1_000;
 
 /**
  * How old a file's last change must be for its stamp to be kept, in ms:
@@ -266,7 +273,8 @@ function stampOf(file: string): { stamp: string; settled: boolean } {
  * a replacement its inode; a stamp is kept only once the last change is
  * older than a clock tick. Not every write: stores through a shared mapping
  * made writable before the hash leave the times alone, so a process able to
- * write the file can keep a changed bundle looking intact here. This check
+ * write the file can keep a changed bundle looking intact here, so a kept
+ * stamp is trusted for {@linkcode REHASH_EVERY_MS} at most. This check
  * only chooses between the bundle and the entry itself; what keeps a
  * changed bundle from running is the loader, which hashes the very bytes it
  * runs against the parent's hash and refuses others (that start fails).
@@ -274,10 +282,15 @@ function stampOf(file: string): { stamp: string; settled: boolean } {
 function intact(built: BunEntryBundle): boolean {
   try {
     const { stamp, settled } = stampOf(built.file);
-    if (verified.get(built.file) === stamp) return true;
+    const now = Date.now();
+    const kept = verified.get(built.file);
+    if (
+      kept !== undefined && kept.stamp === stamp &&
+      now - kept.at < REHASH_EVERY_MS
+    ) return true;
     if (sha256(readFileSync(built.file)) !== built.sha256) return false;
     // Stamped before reading: a write during the read changes the stamp.
-    if (settled) verified.set(built.file, stamp);
+    if (settled) verified.set(built.file, { stamp, at: now });
     return true;
   } catch {
     return false;

@@ -21,7 +21,7 @@ import {
   builtBunEntryBundle,
   bunEntryBundle,
 } from "../../src/runtime/bun_entry.ts";
-import { checkNoLeaks, needsWorkers, scratchDir } from "../_helpers.ts";
+import { checkNoLeaks, scratchDir } from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -43,7 +43,6 @@ function tree(dir: string, code: string): string {
 
 test(
   "the Bun bundle's hash is of the bytes the build printed: a file rewritten while the parent was busy is never trusted",
-  needsWorkers("bun"),
   async () => {
     using dir = scratchDir("bun-bundle-race");
     // A first build shows where this process's bundles go.
@@ -87,7 +86,6 @@ test(
 
 test(
   "the Bun bundle ignores a bunfig.toml in the parent's working directory (its [define] never reaches airlock's worker code)",
-  needsWorkers("bun"),
   async () => {
     using dir = scratchDir("bun-bundle-bunfig");
     const planted = dir.join("project");
