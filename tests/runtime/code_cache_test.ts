@@ -50,6 +50,32 @@ process.env.XDG_CACHE_HOME = xdg;
 delete process.env.DENO_DIR;
 const caches = join(xdg, "deno", "airlock-code");
 
+/**
+ * Runs `script` in a process of this runtime (stdin piped, stdout and stderr
+ * gathered into one text).
+ */
+function runScript(script: string) {
+  const bun = typeof (globalThis as { Bun?: unknown }).Bun === "object";
+  const child = spawn(
+    process.execPath,
+    bun ? [script] : ["run", "-A", "--quiet", script],
+    {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, NO_COLOR: "1" },
+    },
+  );
+  let out = "";
+  const gather = (data: Uint8Array) => {
+    out += new TextDecoder().decode(data);
+  };
+  child.stdout.on("data", gather);
+  child.stderr.on("data", gather);
+  const exited = new Promise<number | null>((resolve) =>
+    child.on("exit", (code) => resolve(code))
+  );
+  return { child, exited, output: () => out };
+}
+
 /** Writes a worker module whose import waits `ms` before defining it. */
 function slowModule(name: string, ms: number): URL {
   const module = root.join(name);
@@ -323,28 +349,7 @@ for (const result of started) {
 process.exit(code);
 `,
     );
-    const bun = typeof (globalThis as { Bun?: unknown }).Bun === "object";
-    const parents = [0, 1].map(() => {
-      const child = spawn(
-        process.execPath,
-        bun ? [script] : ["run", "-A", "--quiet", script],
-        {
-          stdio: ["pipe", "pipe", "pipe"],
-          env: { ...process.env, NO_COLOR: "1" },
-        },
-      );
-      let out = "";
-      child.stdout.on("data", (data: Uint8Array) => {
-        out += new TextDecoder().decode(data);
-      });
-      child.stderr.on("data", (data: Uint8Array) => {
-        out += new TextDecoder().decode(data);
-      });
-      const exited = new Promise<number | null>((resolve) =>
-        child.on("exit", (code) => resolve(code))
-      );
-      return { child, exited, output: () => out };
-    });
+    const parents = [0, 1].map(() => runScript(script));
     try {
       for (const parent of parents) parent.child.stdin.end("go\n");
       const [mine, ...codes] = await Promise.all([
@@ -422,28 +427,7 @@ console.log(JSON.stringify(failures.slice(0, 5)));
 process.exit(0);
 `,
   );
-  const bun = typeof (globalThis as { Bun?: unknown }).Bun === "object";
-  const children = [0, 1, 2].map(() => {
-    const child = spawn(
-      process.execPath,
-      bun ? [script] : ["run", "-A", "--quiet", script],
-      {
-        stdio: ["pipe", "pipe", "pipe"],
-        env: { ...process.env, NO_COLOR: "1" },
-      },
-    );
-    let out = "";
-    child.stdout.on("data", (data: Uint8Array) => {
-      out += new TextDecoder().decode(data);
-    });
-    child.stderr.on("data", (data: Uint8Array) => {
-      out += new TextDecoder().decode(data);
-    });
-    const exited = new Promise<number | null>((resolve) =>
-      child.on("exit", (code) => resolve(code))
-    );
-    return { child, exited, output: () => out };
-  });
+  const children = [0, 1, 2].map(() => runScript(script));
   try {
     // Each waits until all are loaded, then they prepare the same 300 caches.
     await until(

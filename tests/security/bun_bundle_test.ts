@@ -1,10 +1,14 @@
 // The Bun entry bundle (src/runtime/bun_entry.ts) against another process
 // of this user (a worker of another airlock program granted write on the
 // temporary directory, or on the project): the parent trusts only the bytes
-// the build printed to it, and no bunfig.toml decides what airlock's worker
-// code becomes. Runs under both runners: it runs bun itself.
+// the build printed to it, no bunfig.toml decides what airlock's worker code
+// becomes, and a bundle changed through a shared mapping (which leaves the
+// file's times alone, so its stamp still matches) stops being given within
+// a second instead of failing every later Bun start at the loader's check.
+// Runs under both runners: it runs bun itself.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
   mkdirSync,
@@ -21,7 +25,7 @@ import {
   builtBunEntryBundle,
   bunEntryBundle,
 } from "../../src/runtime/bun_entry.ts";
-import { checkNoLeaks, scratchDir } from "../_helpers.ts";
+import { checkNoLeaks, needs, scratchDir, until } from "../_helpers.ts";
 
 checkNoLeaks();
 
@@ -109,6 +113,61 @@ test(
       assert.doesNotMatch(code, /"planted"/, code);
     } finally {
       process.chdir(cwd);
+    }
+  },
+);
+
+const MAPPER = `
+import mmap, sys
+f = open(sys.argv[1], "r+b")
+m = mmap.mmap(f.fileno(), 0)
+m[0:1] = m[0:1]
+print("mapped", flush=True)
+sys.stdin.readline()
+m[0:2] = b"//"
+m[2:20] = b" tampered in place"
+print("poked", flush=True)
+sys.stdin.readline()
+`;
+
+test(
+  "a Bun bundle changed through a shared mapping (its times unchanged) stops being given within a second",
+  needs("python3"),
+  async () => {
+    using dir = scratchDir("bun-bundle-mmap");
+    const entry = tree(
+      dir.join("tree"),
+      'console.log("a bundle long enough to poke");\n',
+    );
+    bunEntryBundle(bun, entry, process.env, onExit);
+    const built = await builtBunEntryBundle(bun, entry, process.env, onExit);
+    assert.ok(built, "built");
+    const child = spawn("python3", ["-c", MAPPER, built.file], {
+      stdio: ["pipe", "pipe", "inherit"],
+    });
+    let out = "";
+    child.stdout.on("data", (data: Uint8Array) => {
+      out += new TextDecoder().decode(data);
+    });
+    const exited = new Promise((resolve) => child.on("exit", resolve));
+    try {
+      await until(() => out.includes("mapped"), 20_000, "the mapping");
+      // Past a clock tick after the mapping's one time update, the parent's
+      // hash of the (still genuine) bytes keeps the stamp.
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      assert.deepEqual(bunEntryBundle(bun, entry, process.env, onExit), built);
+      child.stdin.write("\n");
+      await until(() => out.includes("poked"), 20_000, "the change");
+      // The stamp still matches; within a second the bytes are hashed again.
+      await until(
+        () => bunEntryBundle(bun, entry, process.env, onExit) === undefined,
+        5_000,
+        "the changed bundle refused",
+      );
+    } finally {
+      child.stdin.end();
+      child.kill("SIGKILL");
+      await exited;
     }
   },
 );
