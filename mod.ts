@@ -24,6 +24,7 @@
 
 export {
   AirlockError,
+  type LimitBreach,
   PermissionError,
   PoolBusyError,
   ProtocolError,
@@ -83,6 +84,13 @@ export type {
   SetupCall,
   WorkerOptions,
 } from "./src/parent/options.ts";
+export type {
+  LimitKey,
+  LimitMechanism,
+  LimitMechanisms,
+  LimitsEnforce,
+  LimitsOption,
+} from "./src/runtime/sandbox/limits/types.ts";
 export type {
   ArgsOf,
   CallOf,

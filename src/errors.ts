@@ -166,7 +166,23 @@ export interface WorkerCrashedErrorOptions extends AirlockErrorOptions {
   attempts?: number | undefined;
   /** The pid of the worker of each attempt, in order (the last is `pid`). */
   pids?: readonly number[] | undefined;
+  /** The limit (a key of the `limits` option) at which the kernel ended the worker, if one did. */
+  limit?: LimitBreach | undefined;
 }
+
+/**
+ * A key of the `limits` option at which the kernel ends a worker: its
+ * memory (the out-of-memory killer in its cgroup), its CPU time (`SIGXCPU`,
+ * then `SIGKILL`) or its file size (`SIGXFSZ`).
+ */
+export type LimitBreach = "memoryBytes" | "cpuSeconds" | "fileSizeBytes";
+
+/** What a crash message says of each limit. */
+const LIMIT_TEXT: Readonly<Record<LimitBreach, string>> = {
+  memoryBytes: "its memory limit",
+  cpuSeconds: "its CPU time limit",
+  fileSizeBytes: "its file size limit",
+};
 
 /**
  * Names a likely cause for a signal that ended a worker.
@@ -260,6 +276,12 @@ export class WorkerCrashedError extends AirlockError {
   readonly attempts: number;
   /** The pid of the worker of each attempt, in order. */
   readonly pids: readonly number[];
+  /**
+   * The key of the `limits` option at which the kernel ended the worker
+   * (`"memoryBytes"`, `"cpuSeconds"`, `"fileSizeBytes"`), or `undefined`
+   * when no limit ended it.
+   */
+  readonly limit: LimitBreach | undefined;
 
   /**
    * Creates a crash report.
@@ -280,13 +302,14 @@ export class WorkerCrashedError extends AirlockError {
     const pid = options.pid === undefined ? "" : ` (pid ${options.pid})`;
     // When airlock stopped the process itself, the reason says why; the
     // signal's usual hint (e.g. "killed from outside") would mislead.
-    const why = options.reason
-      ? `${options.reason} (${
-        options.signal ??
-          (options.exitCode === null
-            ? "exited"
-            : `exit code ${options.exitCode}`)
-      })`
+    const status = options.signal ??
+      (options.exitCode === null ? "exited" : `exit code ${options.exitCode}`);
+    const why = options.limit
+      ? `was ended by the kernel at ${
+        LIMIT_TEXT[options.limit]
+      } (limits.${options.limit}; ${status})`
+      : options.reason
+      ? `${options.reason} (${status})`
       : describeExit(options.exitCode, options.signal);
     super(
       withTail(
@@ -300,12 +323,15 @@ export class WorkerCrashedError extends AirlockError {
     this.pid = options.pid;
     this.exitCode = options.exitCode;
     this.signal = options.signal;
-    this.hint = options.reason ? undefined : signalHint(options.signal);
+    this.hint = options.reason || options.limit
+      ? undefined
+      : signalHint(options.signal);
     this.stderrTail = options.stderrTail ?? "";
     this.op = options.op;
     this.reason = options.reason;
     this.attempts = attempts;
     this.pids = Object.freeze([...pids]);
+    this.limit = options.limit;
   }
 }
 

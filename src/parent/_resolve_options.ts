@@ -38,6 +38,7 @@ import {
   CLOSE_OPTION_KEYS,
   type CloseOptions,
   DEFAULTS,
+  LIMITS_OPTION_KEYS,
   type OneShotOptions,
   type PoolOptions,
   type ResolvedPoolOptions,
@@ -49,6 +50,11 @@ import {
   WORKER_OPTION_KEYS,
   type WorkerOptions,
 } from "./options.ts";
+import {
+  LIMITS_ENFORCE,
+  type LimitsOption,
+  type ResolvedLimits,
+} from "../runtime/sandbox/limits/types.ts";
 
 /**
  * Turns the `module` argument into a URL: a `URL`, a URL string, or a path
@@ -150,6 +156,51 @@ function resolveSetup(value: unknown): SetupCall[] {
   });
 }
 
+/** The smallest `limits.memoryBytes` accepted: 1 MiB (a unit mistake below). */
+const MIN_MEMORY_BYTES = 2 ** 20;
+
+/**
+ * Validates the `limits` option and fills in its defaults.
+ *
+ * @param value The caller's `limits`.
+ * @returns The resolved limits.
+ * @throws {TypeError} when it is not an object, has an unknown key, or a
+ *   value of the wrong type.
+ * @throws {RangeError} when a value is out of range.
+ */
+export function resolveLimits(value: unknown): ResolvedLimits {
+  if (value !== undefined) {
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new TypeError(invalid("limits", "an object", value));
+    }
+    checkKnownKeys(value, LIMITS_OPTION_KEYS, "limits");
+  }
+  const limits = (value ?? {}) as LimitsOption;
+  const optional = (key: keyof LimitsOption, min: number): number | undefined =>
+    limits[key] === undefined
+      ? undefined
+      : wholeNumber(`limits.${key}`, limits[key], 0, min);
+  return {
+    memoryBytes: optional("memoryBytes", MIN_MEMORY_BYTES),
+    processes: wholeNumber(
+      "limits.processes",
+      limits.processes,
+      DEFAULTS.limits.processes,
+      1,
+    ),
+    processesGiven: limits.processes !== undefined,
+    cpuSeconds: optional("cpuSeconds", 1),
+    fileSizeBytes: optional("fileSizeBytes", 0),
+    openFiles: optional("openFiles", 1),
+    enforce: oneOf(
+      "limits.enforce",
+      limits.enforce,
+      LIMITS_ENFORCE,
+      DEFAULTS.limits.enforce,
+    ),
+  };
+}
+
 function checkObject(
   what: string,
   options: unknown,
@@ -228,6 +279,7 @@ export function resolveWorkerOptions(
     runtime: runtime === "auto" ? adapter.name : runtime as RuntimeName,
     permissions: resolvePermissions(options.permissions, cwd),
     sandbox,
+    limits: resolveLimits(options.limits),
     env: resolveEnv(options, adapter),
     cwd,
     config: options.config === undefined

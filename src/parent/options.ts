@@ -18,6 +18,10 @@ import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame_header.ts";
 import type { StateOptions } from "./state_scope.ts";
 import type { HandlersOf, OpOf } from "./proxy.ts";
 import { SANDBOX_MODES, type SandboxMode } from "../runtime/launch/types.ts";
+import type {
+  LimitsOption,
+  ResolvedLimits,
+} from "../runtime/sandbox/limits/types.ts";
 
 /** Where the worker runs and with which runtime. */
 export type RuntimeOption = "deno" | "bun" | "auto";
@@ -97,6 +101,23 @@ export interface WorkerOptions<D = unknown> {
    * @default {"auto"}
    */
   sandbox?: SandboxOption;
+  /**
+   * What the worker's process tree may use, enforced by the kernel:
+   * `memoryBytes` (bytes of the whole tree, native allocations included) and
+   * `processes` (processes and threads) by a cgroup, `cpuSeconds` (seconds
+   * of CPU time), `fileSizeBytes` (bytes of the largest file written) and
+   * `openFiles` (descriptors) by rlimits set before the worker runs any code.
+   * When the kernel ends a worker at a limit, the call rejects with
+   * `WorkerCrashedError` whose `limit` names the key. Even without this
+   * option a worker holds at most 512 processes and threads (16 per core
+   * where that is more), where a cgroup can hold them. Under `enforce:
+   * "strict"` (the default) a limit that cannot be enforced here refuses
+   * the start with `PermissionError`; `stats().limits` says which mechanism
+   * holds each. See docs/operations.md ("Limits").
+   *
+   * @default {{ processes: 512, enforce: "strict" }}
+   */
+  limits?: LimitsOption;
   /**
    * Environment variables of the worker. The parent's environment is not
    * inherited; see `inheritEnv`.
@@ -511,6 +532,18 @@ export const DEFAULTS = Object.freeze(
     pipeline: 16,
     /** One-shot runners keep no spare processes. */
     spares: 0,
+    /**
+     * Limits of every worker: 512 processes and threads, or 16 per core
+     * where that is more (a runtime alone holds about 7 threads on 2 cores,
+     * more on more cores: its thread pools grow with them), and a start that
+     * is refused where a limit asked for cannot be enforced.
+     */
+    limits: {
+      get processes(): number {
+        return Math.max(512, 16 * availableParallelism());
+      },
+      enforce: "strict",
+    },
   } as const,
 );
 
@@ -536,6 +569,7 @@ export const WORKER_OPTION_KEYS: readonly string[] = keyList<WorkerOptions>()([
   "runtime",
   "permissions",
   "sandbox",
+  "limits",
   "env",
   "inheritEnv",
   "cwd",
@@ -588,6 +622,16 @@ export const POOL_OPTION_KEYS: readonly string[] = keyList<PoolOptions>()([
   "route",
 ]);
 
+/** The keys of the `limits` option ({@linkcode LimitsOption}). */
+export const LIMITS_OPTION_KEYS: readonly string[] = keyList<LimitsOption>()([
+  "memoryBytes",
+  "processes",
+  "cpuSeconds",
+  "fileSizeBytes",
+  "openFiles",
+  "enforce",
+]);
+
 /** The keys of {@linkcode CloseOptions}. */
 export const CLOSE_OPTION_KEYS: readonly string[] = keyList<CloseOptions>()([
   "force",
@@ -606,6 +650,8 @@ export interface ResolvedWorkerOptions {
   permissions: ResolvedPermissions;
   /** The sandbox mode. */
   sandbox: SandboxOption;
+  /** Kernel-enforced limits, with the default `processes` filled in. */
+  limits: ResolvedLimits;
   /** The worker's whole environment. */
   env: Record<string, string>;
   /** Absolute working directory. */

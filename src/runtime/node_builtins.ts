@@ -98,6 +98,8 @@ export const renameSync: typeof Fs.renameSync = lazy(fs, "renameSync");
 export const writeFileSync: typeof Fs.writeFileSync = lazy(fs, "writeFileSync");
 /** `node:fs` `rmSync`. */
 export const rmSync: typeof Fs.rmSync = lazy(fs, "rmSync");
+/** `node:fs` `rmdirSync`. */
+export const rmdirSync: typeof Fs.rmdirSync = lazy(fs, "rmdirSync");
 /** `node:fs` `symlinkSync`. */
 export const symlinkSync: typeof Fs.symlinkSync = lazy(fs, "symlinkSync");
 /** `node:fs` `closeSync`. */

@@ -1,0 +1,195 @@
+/**
+ * The cgroup v1 backend: the `memory` and `pids` hierarchies, each mounted
+ * on its own (what a hybrid host has). Under this process's own group in
+ * each, a group of this parent (`airlock-<pid>-<start>`), and under it one
+ * per worker (`w<n>`). Nested under the parent's own group, every limit the
+ * parent is under still covers its workers.
+ *
+ * @module
+ */
+
+import {
+  type CgroupBackend,
+  type CgroupContext,
+  type CgroupLimits,
+  keyedValue,
+  killAll,
+  parentGroupName,
+  parseParentGroupName,
+  type WorkerCgroup,
+} from "./cgroup.ts";
+import { failure } from "./cgroup_fs.ts";
+
+/** This process's own group in each v1 hierarchy. */
+export interface CgroupV1Dirs {
+  /** In the `memory` hierarchy. */
+  memory?: string | undefined;
+  /** In the `pids` hierarchy. */
+  pids?: string | undefined;
+}
+
+/**
+ * Removes the groups of parents that are gone (their workers' groups
+ * first), beside this parent's: whatever they could not remove themselves.
+ * A group that still holds a process stays.
+ */
+function removeStale(context: CgroupContext, dir: string): void {
+  let names: string[];
+  try {
+    names = context.fs.list(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const owner = parseParentGroupName(name);
+    if (owner === undefined || owner.pid === context.pid) continue;
+    if (context.alive(owner.pid, owner.start)) continue;
+    const group = `${dir}/${name}`;
+    try {
+      for (const child of context.fs.list(group)) {
+        if (/^w\d+$/.test(child)) {
+          try {
+            context.fs.rmdir(`${group}/${child}`);
+          } catch {
+            // Still holds a process.
+          }
+        }
+      }
+      context.fs.rmdir(group);
+    } catch {
+      // Still holds a group or a process: left for a later cleanup.
+    }
+  }
+}
+
+/**
+ * Makes this parent's group in one hierarchy (after removing stale ones).
+ *
+ * @returns Its directory.
+ * @throws {Error} naming the directory when it cannot be made.
+ */
+function parentGroup(context: CgroupContext, dir: string): string {
+  removeStale(context, dir);
+  const group = `${dir}/${parentGroupName(context)}`;
+  try {
+    context.fs.mkdir(group);
+  } catch (error: unknown) {
+    if ((error as { code?: unknown }).code !== "EEXIST") {
+      throw new Error(`cannot create the group ${group} (${failure(error)})`, {
+        cause: error,
+      });
+    }
+  }
+  return group;
+}
+
+/**
+ * Opens the v1 backend: makes this parent's group in each hierarchy given
+ * (the check that groups can be made here at all).
+ *
+ * @param dirs This process's own group in each hierarchy.
+ * @param context The file system and process facts.
+ * @returns The backend.
+ * @throws {Error} naming the group that cannot be made.
+ */
+export function cgroupV1(
+  dirs: CgroupV1Dirs,
+  context: CgroupContext,
+): CgroupBackend {
+  const memory = dirs.memory === undefined
+    ? undefined
+    : parentGroup(context, dirs.memory);
+  const pids = dirs.pids === undefined
+    ? undefined
+    : parentGroup(context, dirs.pids);
+  let count = 0;
+  const fs = context.fs;
+  return {
+    version: 1,
+    memory: memory !== undefined,
+    pids: pids !== undefined,
+    create(limits: CgroupLimits): WorkerCgroup {
+      const name = `w${++count}`;
+      const made: string[] = [];
+      const write = (file: string, value: string): void => {
+        try {
+          fs.write(file, value);
+        } catch (error: unknown) {
+          throw new Error(
+            `cannot write "${value}" to ${file} (${failure(error)})`,
+            { cause: error },
+          );
+        }
+      };
+      const make = (parent: string): string => {
+        const group = `${parent}/${name}`;
+        try {
+          fs.mkdir(group);
+        } catch (error: unknown) {
+          throw new Error(
+            `cannot create the group ${group} (${failure(error)})`,
+            { cause: error },
+          );
+        }
+        made.push(group);
+        return group;
+      };
+      const removeMade = (): boolean => {
+        let gone = true;
+        for (const group of made) {
+          killAll(context, `${group}/cgroup.procs`);
+          try {
+            fs.rmdir(group);
+          } catch {
+            gone = false;
+          }
+        }
+        return gone;
+      };
+      let memoryGroup: string | undefined;
+      try {
+        if (memory !== undefined) {
+          memoryGroup = make(memory);
+          if (limits.memoryBytes !== undefined) {
+            const value = String(limits.memoryBytes);
+            write(`${memoryGroup}/memory.limit_in_bytes`, value);
+            // With swap accounting, memory plus swap: swap cannot stretch it.
+            if (fs.list(memoryGroup).includes("memory.memsw.limit_in_bytes")) {
+              write(`${memoryGroup}/memory.memsw.limit_in_bytes`, value);
+            }
+          }
+        }
+        if (pids !== undefined && limits.processes !== undefined) {
+          write(`${make(pids)}/pids.max`, String(limits.processes));
+        }
+      } catch (error: unknown) {
+        removeMade();
+        throw error;
+      }
+      let removed = false;
+      return {
+        join: made.map((group) => `${group}/cgroup.procs`),
+        oomKills: () => {
+          if (memoryGroup === undefined) return 0;
+          try {
+            return keyedValue(
+              fs.read(`${memoryGroup}/memory.oom_control`),
+              "oom_kill",
+            );
+          } catch {
+            return 0;
+          }
+        },
+        memoryBytes: () => {
+          if (memoryGroup === undefined) return undefined;
+          try {
+            return Number(fs.read(`${memoryGroup}/memory.usage_in_bytes`));
+          } catch {
+            return undefined;
+          }
+        },
+        remove: () => removed ||= removeMade(),
+      };
+    },
+  };
+}

@@ -1,0 +1,185 @@
+/**
+ * The cgroup v2 backend: the unified hierarchy, where the parent may write
+ * a delegated subtree (systemd's `Delegate=yes`, or a container with a
+ * writable cgroup namespace). v2 lets a group either hold processes or give
+ * its children controllers, so the parent first moves itself into a leaf of
+ * its own group (`airlock-<pid>-<start>`), then enables `memory` and `pids`
+ * for the children and makes one group per worker beside that leaf
+ * (`airlock-<pid>-<start>-w<n>`). Refused when other processes share the
+ * parent's group: moving them is not airlock's to do.
+ *
+ * @module
+ */
+
+import {
+  type CgroupBackend,
+  type CgroupContext,
+  type CgroupLimits,
+  keyedValue,
+  killAll,
+  parentGroupName,
+  type WorkerCgroup,
+} from "./cgroup.ts";
+import { failure } from "./cgroup_fs.ts";
+
+/** A group of a parent that is gone (its leaf or a worker's), by name. */
+function staleOwner(
+  name: string,
+): { pid: number; start: string } | undefined {
+  const match = /^airlock-(\d+)-(\d+)(?:-w\d+)?$/.exec(name);
+  if (match?.[1] === undefined || match[2] === undefined) return undefined;
+  return { pid: Number(match[1]), start: match[2] };
+}
+
+/**
+ * Opens the v2 backend in this process's own group: moves the process into
+ * a leaf and enables the controllers it finds for the children.
+ *
+ * @param dir This process's group in the unified hierarchy.
+ * @param context The file system and process facts.
+ * @returns The backend.
+ * @throws {Error} naming the cause (no controller delegated, another process
+ *   in the group, a file the kernel refused) and the fix.
+ */
+export function cgroupV2(dir: string, context: CgroupContext): CgroupBackend {
+  const fs = context.fs;
+  const read = (file: string): string => {
+    try {
+      return fs.read(file);
+    } catch (error: unknown) {
+      throw new Error(`cannot read ${file} (${failure(error)})`, {
+        cause: error,
+      });
+    }
+  };
+  const write = (file: string, value: string): void => {
+    try {
+      fs.write(file, value);
+    } catch (error: unknown) {
+      throw new Error(
+        `cannot write "${value}" to ${file} (${
+          failure(error)
+        }); delegate the parent's cgroup to it (e.g. systemd-run --user --scope -p Delegate=yes)`,
+        { cause: error },
+      );
+    }
+  };
+  const available = read(`${dir}/cgroup.controllers`).trim().split(/\s+/);
+  const controllers = (["memory", "pids"] as const).filter((name) =>
+    available.includes(name)
+  );
+  if (controllers.length === 0) {
+    throw new Error(
+      `the cgroup ${dir} has no memory or pids controller (cgroup.controllers: "${
+        available.join(" ")
+      }"); delegate them to the parent's cgroup (e.g. systemd-run --user --scope -p Delegate=yes)`,
+    );
+  }
+  const leaf = `${dir}/${parentGroupName(context)}`;
+  const enabled = read(`${dir}/cgroup.subtree_control`).trim().split(/\s+/);
+  if (!controllers.every((name) => enabled.includes(name))) {
+    const others = read(`${dir}/cgroup.procs`).split("\n").filter((line) =>
+      line !== "" && Number(line) !== context.pid
+    );
+    if (others.length > 0) {
+      throw new Error(
+        `the parent's cgroup ${dir} holds other processes (pids ${
+          others.slice(0, 5).join(", ")
+        }), and cgroup v2 gives controllers only to groups without processes; run the parent in a cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes)`,
+      );
+    }
+    for (const name of fs.list(dir)) {
+      const owner = staleOwner(name);
+      if (owner === undefined || owner.pid === context.pid) continue;
+      if (context.alive(owner.pid, owner.start)) continue;
+      try {
+        fs.rmdir(`${dir}/${name}`);
+      } catch {
+        // Still holds a process: left for a later cleanup.
+      }
+    }
+    try {
+      fs.mkdir(leaf);
+    } catch (error: unknown) {
+      if ((error as { code?: unknown }).code !== "EEXIST") {
+        throw new Error(
+          `cannot create the group ${leaf} (${
+            failure(error)
+          }); delegate the parent's cgroup to it (e.g. systemd-run --user --scope -p Delegate=yes)`,
+          { cause: error },
+        );
+      }
+    }
+    write(`${leaf}/cgroup.procs`, String(context.pid));
+    write(
+      `${dir}/cgroup.subtree_control`,
+      controllers.map((name) => `+${name}`).join(" "),
+    );
+  }
+  let count = 0;
+  return {
+    version: 2,
+    memory: controllers.includes("memory"),
+    pids: controllers.includes("pids"),
+    create(limits: CgroupLimits): WorkerCgroup {
+      const group = `${leaf}-w${++count}`;
+      try {
+        fs.mkdir(group);
+      } catch (error: unknown) {
+        throw new Error(
+          `cannot create the group ${group} (${failure(error)})`,
+          { cause: error },
+        );
+      }
+      const remove = (): boolean => {
+        try {
+          fs.write(`${group}/cgroup.kill`, "1");
+        } catch {
+          // Before Linux 5.14: one process at a time.
+          killAll(context, `${group}/cgroup.procs`);
+        }
+        try {
+          fs.rmdir(group);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      try {
+        if (
+          limits.memoryBytes !== undefined && controllers.includes("memory")
+        ) {
+          write(`${group}/memory.max`, String(limits.memoryBytes));
+          if (fs.list(group).includes("memory.swap.max")) {
+            write(`${group}/memory.swap.max`, "0");
+          }
+        }
+        if (limits.processes !== undefined && controllers.includes("pids")) {
+          write(`${group}/pids.max`, String(limits.processes));
+        }
+      } catch (error: unknown) {
+        remove();
+        throw error;
+      }
+      let removed = false;
+      return {
+        join: [`${group}/cgroup.procs`],
+        oomKills: () => {
+          try {
+            return keyedValue(fs.read(`${group}/memory.events`), "oom_kill");
+          } catch {
+            return 0;
+          }
+        },
+        memoryBytes: () => {
+          try {
+            return Number(fs.read(`${group}/memory.current`));
+          } catch {
+            return undefined;
+          }
+        },
+        remove: () => removed ||= remove(),
+      };
+    },
+  };
+}
