@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 
-/** The Python worker library's entry. */
+/** The Python worker's launcher (the package `airlock_worker/` is beside it). */
 export const PYTHON_ENTRY: string = fileURLToPath(
   new URL("../../workers/python/airlock_worker.py", import.meta.url),
 );

@@ -1,5 +1,6 @@
-// The conformance suite against the Python worker library
-// (workers/python/airlock_worker.py), then what is Python's own: sqlite3,
+// The conformance suite against the Python worker package
+// (workers/python/airlock_worker/, run through its launcher
+// workers/python/airlock_worker.py), then what is Python's own: sqlite3,
 // the value mapping, async handlers and start failures.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
