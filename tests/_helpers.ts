@@ -336,6 +336,7 @@ export type Tool =
   | "sshd"
   | "cc"
   | "python3"
+  | "postgres"
   | "landlock";
 
 /** What each tool is and how to install it (Debian package names). */
@@ -351,6 +352,10 @@ const TOOLS: Record<Tool, { what: string; install: string }> = {
   sshd: {
     what: "an OpenSSH server (sshd, for the launcher tests)",
     install: "apt-get install openssh-server",
+  },
+  postgres: {
+    what: "PostgreSQL (initdb and postgres, for the network-grant tests)",
+    install: "apt-get install postgresql",
   },
   cc: {
     what: 'a C compiler ("cc")',
@@ -400,6 +405,8 @@ function probe(tool: Tool): boolean {
       }
     case "sshd":
       return onPath("sshd") || isExecutable("/usr/sbin/sshd");
+    case "postgres":
+      return postgresBin() !== undefined;
     case "landlock": {
       if (process.platform !== "linux") return false;
       const support = probeConfineSupport(
@@ -416,6 +423,27 @@ function probe(tool: Tool): boolean {
     default:
       return onPath(tool);
   }
+}
+
+/**
+ * The directory of PostgreSQL's server programs (Debian's
+ * /usr/lib/postgresql/<version>/bin, or `AIRLOCK_PG_BIN`), as
+ * scripts/ci/start_postgres.sh finds it; `undefined` when there is none.
+ */
+export function postgresBin(): string | undefined {
+  const given = process.env.AIRLOCK_PG_BIN;
+  if (given) return isExecutable(join(given, "postgres")) ? given : undefined;
+  let versions: string[] = [];
+  try {
+    versions = readdirSync("/usr/lib/postgresql");
+  } catch {
+    // Not Debian's layout.
+  }
+  for (const version of versions.sort().reverse()) {
+    const bin = join("/usr/lib/postgresql", version, "bin");
+    if (isExecutable(join(bin, "postgres"))) return bin;
+  }
+  return onPath("initdb") && onPath("postgres") ? "" : undefined;
 }
 
 function isExecutable(path: string): boolean {

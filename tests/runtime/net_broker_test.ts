@@ -1,0 +1,302 @@
+// The network broker (parent side) and the forwarder (a process of its own)
+// outside any sandbox: the forwarder listens on a loopback address per
+// granted target and carries each connection over the broker's unix socket;
+// the broker alone decides what is reached, and says so on its diagnostics
+// channel. The sandboxed end to end tests are tests/security/net_host_test.ts.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import dc from "node:diagnostics_channel";
+import { connect, createServer, type Server, type Socket } from "node:net";
+import process from "node:process";
+import {
+  addressClass,
+  netLayout,
+  parseNetTarget,
+} from "../../src/runtime/sandbox/net/targets.ts";
+import {
+  NET_CONNECTION_CHANNEL,
+  type NetConnectionEvent,
+  startNetBroker,
+} from "../../src/runtime/sandbox/net/broker.ts";
+import { checkNoLeaks, RUNTIME, until, within } from "../_helpers.ts";
+
+checkNoLeaks();
+
+describe("netLayout() and addressClass()", () => {
+  test("classes addresses the broker may not reach by name", () => {
+    const table: [string, string][] = [
+      ["127.0.0.1", "loopback"],
+      ["127.80.0.1", "loopback"],
+      ["::1", "loopback"],
+      ["::ffff:127.0.0.1", "loopback"],
+      ["169.254.169.254", "link-local"],
+      ["::ffff:169.254.169.254", "link-local"],
+      ["fe80::1", "link-local"],
+      ["10.0.0.5", "private"],
+      ["172.16.0.1", "private"],
+      ["192.168.1.1", "private"],
+      ["100.64.0.1", "private"],
+      ["fd12::1", "private"],
+      ["0.0.0.0", "unspecified"],
+      ["::", "unspecified"],
+      ["224.0.0.1", "multicast"],
+      ["ff02::1", "multicast"],
+      ["255.255.255.255", "reserved"],
+      ["not an address", "reserved"],
+      ["93.184.215.14", "public"],
+      ["2606:4700::1111", "public"],
+    ];
+    for (const [address, expected] of table) {
+      assert.equal(addressClass(address), expected, address);
+    }
+  });
+
+  test("maps names to loopback addresses of their own, literals as they are", () => {
+    const layout = netLayout([
+      "db.internal:5432",
+      "DB.internal:6432",
+      "127.80.0.1:9000",
+      "localhost:6379",
+      "[::1]:7000",
+      "db.internal:5432",
+    ]);
+    assert.ok("listeners" in layout);
+    assert.deepEqual(
+      layout.listeners.map((l) => `${l.target} ${l.address} ${l.port}`),
+      [
+        "db.internal:5432 127.80.0.2 5432",
+        "DB.internal:6432 127.80.0.2 6432",
+        "127.80.0.1:9000 127.80.0.1 9000",
+        "localhost:6379 127.0.0.1 6379",
+        "localhost:6379 ::1 6379",
+        "[::1]:7000 ::1 7000",
+      ],
+    );
+    assert.equal(
+      layout.hosts,
+      "127.0.0.1 localhost\n::1 localhost\n127.80.0.2 db.internal\n",
+    );
+  });
+
+  test("refuses what it cannot enforce by host and port, naming the fix", () => {
+    for (
+      const [scope, reason] of [
+        ["example.com", /names no port/],
+        [":5432", /every host/],
+        ["*.example.com:443", /wildcard/],
+        ["10.0.0.5:5432", /grant a host name/],
+        ["169.254.169.254:80", /outside loopback/],
+        ["db:0", /port from 1/],
+      ] as const
+    ) {
+      const layout = netLayout([scope]);
+      assert.ok("problem" in layout, scope);
+      assert.match(layout.problem, reason);
+    }
+    assert.deepEqual(parseNetTarget("[::1]:80"), {
+      scope: "[::1]:80",
+      host: "::1",
+      port: 80,
+      kind: "ipv6",
+    });
+  });
+});
+
+describe("the broker and the forwarder", () => {
+  let echo: Server;
+  let echoPort = 0;
+  let trap: Server;
+  let trapPort = 0;
+  let trapped = 0;
+  const events: NetConnectionEvent[] = [];
+  // Held here: Bun keeps a channel only while something refers to it, and
+  // a subscription made by name is lost with it at the next collection.
+  const channel = dc.channel(NET_CONNECTION_CHANNEL);
+  const onEvent = (message: unknown) => {
+    events.push(message as NetConnectionEvent);
+  };
+
+  before(async () => {
+    echo = createServer(
+      { allowHalfOpen: true },
+      (socket) => socket.pipe(socket),
+    );
+    trap = createServer((socket) => {
+      trapped++;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => echo.listen(0, "127.0.0.1", resolve));
+    await new Promise<void>((resolve) => trap.listen(0, "127.0.0.1", resolve));
+    echoPort = (echo.address() as { port: number }).port;
+    trapPort = (trap.address() as { port: number }).port;
+    channel.subscribe(onEvent);
+  });
+
+  after(async () => {
+    channel.unsubscribe(onEvent);
+    await new Promise((resolve) => echo.close(resolve));
+    await new Promise((resolve) => trap.close(resolve));
+  });
+
+  /**
+   * A broker for `scopes` and a forwarder process in front of it, listening
+   * on the host's loopback at `127.80.0.50 + index` for each scope (outside
+   * a sandbox the sandbox's own addresses would clash with the host's).
+   */
+  async function start(
+    scopes: string[],
+    lookup: (host: string) => { address: string; family: number }[],
+  ) {
+    const layout = netLayout(scopes);
+    if ("problem" in layout) throw new Error(layout.problem);
+    const broker = startNetBroker({
+      module: "net_broker_test",
+      layout,
+      lookup: (host) => Promise.resolve(lookup(host)),
+    });
+    await broker.listening;
+    const listeners = layout.targets.map((target, index) => ({
+      address: `127.80.0.${50 + index}`,
+      port: target.port,
+      target: target.scope,
+    }));
+    const forwarder = new URL(
+      "../../src/runtime/sandbox/net/forwarder.ts",
+      import.meta.url,
+    ).pathname;
+    const spec = JSON.stringify({ socket: broker.socket, listeners });
+    const argv = RUNTIME === "deno"
+      ? ["run", "-A", "--quiet", "--no-config", "--no-lock", forwarder, spec]
+      : ["--no-env-file", forwarder, spec];
+    const child = spawn(process.execPath, argv, {
+      stdio: ["ignore", "ignore", "inherit"],
+    });
+    broker.setPid(child.pid);
+    await within(broker.ready, 30_000, "the forwarder's ready");
+    return {
+      broker,
+      listeners,
+      async [Symbol.asyncDispose]() {
+        const exited = child.exitCode !== null
+          ? Promise.resolve()
+          : new Promise((resolve) => child.once("exit", resolve));
+        broker.close();
+        await within(exited, 10_000, "the forwarder's exit");
+      },
+    };
+  }
+
+  /** Sends `bytes`, half-closes, and reads until the peer closes. */
+  function exchange(host: string, port: number, bytes: Uint8Array) {
+    return new Promise<Uint8Array>((resolve, reject) => {
+      const socket: Socket = connect({ host, port, allowHalfOpen: true });
+      const chunks: Uint8Array[] = [];
+      socket.on("data", (chunk: Uint8Array) => chunks.push(chunk));
+      socket.on("error", reject);
+      socket.on("connect", () => socket.end(bytes));
+      socket.on("close", () => {
+        const all = new Uint8Array(
+          chunks.reduce((sum, chunk) => sum + chunk.byteLength, 0),
+        );
+        let offset = 0;
+        for (const chunk of chunks) {
+          all.set(chunk, offset);
+          offset += chunk.byteLength;
+        }
+        resolve(all);
+      });
+    });
+  }
+
+  async function eventFor(target: string): Promise<NetConnectionEvent> {
+    await until(
+      () => events.some((e) => e.target === target),
+      10_000,
+      `the event of "${target}"`,
+    );
+    return events.find((e) => e.target === target) as NetConnectionEvent;
+  }
+
+  test("relays 4 MiB both ways with a half-close and publishes the connection", async () => {
+    await using net = await start(
+      [`localhost:${echoPort}`],
+      () => [{ address: "127.0.0.1", family: 4 }],
+    );
+    const [listener] = net.listeners;
+    assert.ok(listener);
+    const bytes = new Uint8Array(4 * 2 ** 20).map((_, i) => i * 7);
+    const back = await within(
+      exchange(listener.address, listener.port, bytes),
+      30_000,
+      "the echo",
+    );
+    assert.equal(back.byteLength, bytes.byteLength);
+    assert.deepEqual(back.subarray(0, 4096), bytes.subarray(0, 4096));
+    assert.deepEqual(back.subarray(-4096), bytes.subarray(-4096));
+    const event = await eventFor(`localhost:${echoPort}`);
+    assert.equal(event.refused, undefined);
+    assert.equal(event.error, undefined);
+    assert.equal(event.host, "localhost");
+    assert.equal(event.port, echoPort);
+    assert.equal(event.address, "127.0.0.1");
+    assert.equal(event.bytesOut, bytes.byteLength);
+    assert.equal(event.bytesIn, bytes.byteLength);
+    assert.equal(event.module, "net_broker_test");
+    assert.equal(typeof event.pid, "number");
+    assert.ok(event.durationMs >= 0);
+  });
+
+  test("refuses a granted name that resolves to link-local or loopback, connecting nowhere", async () => {
+    await using net = await start(
+      [`metadata.test:${trapPort}`, `loop.test:${trapPort}`],
+      (host) =>
+        host === "metadata.test"
+          ? [{ address: "169.254.169.254", family: 4 }]
+          : [{ address: "127.0.0.1", family: 4 }, {
+            address: "::1",
+            family: 6,
+          }],
+    );
+    for (const listener of net.listeners) {
+      const back = await within(
+        exchange(listener.address, listener.port, new Uint8Array([1, 2, 3])),
+        10_000,
+        "the refused connection's end",
+      );
+      assert.equal(back.byteLength, 0);
+    }
+    const metadata = await eventFor(`metadata.test:${trapPort}`);
+    assert.match(metadata.refused ?? "", /169\.254\.169\.254 \(link-local\)/);
+    assert.equal(metadata.address, undefined);
+    const loop = await eventFor(`loop.test:${trapPort}`);
+    assert.match(
+      loop.refused ?? "",
+      /127\.0\.0\.1 \(loopback\), ::1 \(loopback\)/,
+    );
+    assert.equal(trapped, 0);
+  });
+
+  test("refuses a target the worker was not granted, whatever the forwarder says", async () => {
+    await using net = await start(
+      [`localhost:${echoPort}`],
+      () => [{ address: "127.0.0.1", family: 4 }],
+    );
+    // A tampered forwarder: straight to the broker's socket, naming another port.
+    const named = `127.0.0.1:${trapPort}`;
+    await within(
+      new Promise<void>((resolve, reject) => {
+        const socket = connect({ path: net.broker.socket });
+        socket.on("error", reject);
+        socket.on("close", () => resolve());
+        socket.on("data", () => {});
+        socket.write(`${named}\nGET / HTTP/1.0\r\n\r\n`);
+      }),
+      10_000,
+      "the broker's refusal",
+    );
+    const event = await eventFor(named);
+    assert.match(event.refused ?? "", /not one of the worker's net grants/);
+    assert.equal(trapped, 0);
+  });
+});
