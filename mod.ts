@@ -107,7 +107,7 @@ export type {
   Permissions,
   PermissionsOption,
 } from "./src/runtime/permissions.ts";
-export type { SandboxBackend } from "./src/runtime/launch/types.ts";
+export type { SandboxBackend } from "./src/runtime/sandbox/types.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";
 
 // A program that started itself as a worker (a compiled executable, or

@@ -27,7 +27,7 @@ import { inspect } from "node:util";
 import process from "node:process";
 import type { LogSource } from "../mod.ts";
 import { assertNoWorkers, liveWorkers } from "../testing.ts";
-import { probeConfineSupport } from "../src/runtime/confine/confine_command.ts";
+import { probeConfineSupport } from "../src/runtime/sandbox/facts.ts";
 
 /**
  * The Deno cache directory of the test processes (and what they spawn): a

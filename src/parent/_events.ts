@@ -17,7 +17,7 @@
 
 import type * as DiagnosticsChannel from "node:diagnostics_channel";
 import { diagnosticsChannel } from "../runtime/node_builtins.ts";
-import type { SandboxBackend } from "../runtime/launch/types.ts";
+import type { SandboxBackend } from "../runtime/sandbox/types.ts";
 
 /**
  * The names of airlock's diagnostics channels (`node:diagnostics_channel`).

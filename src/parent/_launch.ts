@@ -4,7 +4,7 @@
  * Shared by sessions, one-shot calls and pools. Private to src/parent.
  *
  * The start itself (_start_worker.ts, with the launch code:
- * src/runtime/launch/, the OS sandbox and confinement builders, the code
+ * src/runtime/launch/, the OS sandbox in src/runtime/sandbox/, the code
  * cache, the Bun entry, and the connection to a worker) is loaded on the
  * first start, not when airlock is imported: a program that imports airlock
  * and never starts a worker does not pay for it

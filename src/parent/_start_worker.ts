@@ -3,7 +3,7 @@
  * exports it as `launchWorker`): the command, the code cache's warm-up, the
  * spawn, the ready handshake, `setup` replay, and respawns after a crash
  * during start. It imports the launch code (src/runtime/launch/, the OS
- * sandbox and confinement builders, the code cache, the Bun entry) and the
+ * sandbox in src/runtime/sandbox/, the code cache, the Bun entry) and the
  * connection, so none of them loads when airlock is imported
  * (tests/runtime/import_graph_test.ts). Private to src/parent.
  *

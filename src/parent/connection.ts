@@ -26,7 +26,8 @@ import {
 import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ResolvedPermissions } from "../runtime/permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
-import type { SandboxBackend, WorkerCommand } from "../runtime/launch/types.ts";
+import type { WorkerCommand } from "../runtime/launch/types.ts";
+import type { SandboxBackend } from "../runtime/sandbox/types.ts";
 import {
   holdsFile,
   isRunning,

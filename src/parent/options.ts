@@ -17,7 +17,7 @@ import type {
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame_header.ts";
 import type { StateOptions } from "./state_scope.ts";
 import type { HandlersOf, OpOf } from "./proxy.ts";
-import { SANDBOX_MODES, type SandboxMode } from "../runtime/launch/types.ts";
+import { SANDBOX_MODES, type SandboxMode } from "../runtime/sandbox/types.ts";
 import type {
   LimitsOption,
   ResolvedLimits,

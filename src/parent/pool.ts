@@ -53,7 +53,7 @@ import type {
   RecycleCounts,
   StatsOptions,
 } from "./stats.ts";
-import type { SandboxBackend } from "../runtime/launch/types.ts";
+import type { SandboxBackend } from "../runtime/sandbox/types.ts";
 
 /** Figures of one worker of a pool. */
 export interface PoolWorkerStats {

@@ -44,7 +44,7 @@ import type {
   RecycleCounts,
   StatsOptions,
 } from "./stats.ts";
-import type { SandboxBackend } from "../runtime/launch/types.ts";
+import type { SandboxBackend } from "../runtime/sandbox/types.ts";
 
 /** What {@linkcode Session.stats} reports. */
 export interface SessionStats extends CallStats, CallMetricsStats {

@@ -2,8 +2,8 @@
  * What a worker may do: the `permissions` option, its validation, and its
  * translation into Deno's permission flags. Nothing is granted by default, on
  * both runtimes. Deno enforces the flags on JavaScript; the OS sandbox
- * (bubblewrap and Landlock: `launch/policy.ts` decides, `launch/bwrap.ts` and
- * `confine/` build it) enforces the same grants on everything in the process,
+ * (bubblewrap and Landlock, in `sandbox/`: `sandbox/plan.ts` decides, the
+ * rest of the folder builds it) enforces the same grants on everything in the process,
  * native code included, and is the only enforcement on Bun.
  *
  * @module

@@ -1,9 +1,7 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { chmodSync, realpathSync, writeFileSync } from "node:fs";
-import { bwrapUsable } from "../../src/runtime/confine/bwrap_usable.ts";
-import { landlockBestEffort } from "../../src/runtime/confine/wrapper.ts";
-import { resolvePermissions } from "../../src/runtime/permissions.ts";
+import { bwrapUsable } from "../../src/runtime/sandbox/facts.ts";
 import { checkNoLeaks, hasTool, needs, scratchDir } from "../_helpers.ts";
 
 checkNoLeaks();
@@ -31,43 +29,5 @@ describe("bwrapUsable()", () => {
     assert.deepEqual(bwrapUsable(realpathSync(found)), {
       usable: true,
     });
-  });
-});
-
-describe("landlockBestEffort()", () => {
-  const base = {
-    used: false,
-    runtime: "bun" as const,
-    sandbox: "auto" as const,
-    permissions: resolvePermissions({ enforce: "best-effort" }, "/"),
-    bwrap: false,
-    landlockUsable: true,
-  };
-
-  test("landlockBestEffort() confines a best-effort Bun or command worker as far as Landlock goes", () => {
-    assert.equal(landlockBestEffort(base), true);
-    assert.equal(landlockBestEffort({ ...base, runtime: "command" }), true);
-  });
-
-  test("landlockBestEffort() adds nothing where the decision, the options or the machine say no", () => {
-    assert.equal(landlockBestEffort({ ...base, used: true }), false);
-    assert.equal(landlockBestEffort({ ...base, runtime: "deno" }), false);
-    assert.equal(landlockBestEffort({ ...base, sandbox: "none" }), false);
-    assert.equal(landlockBestEffort({ ...base, bwrap: true }), false);
-    assert.equal(landlockBestEffort({ ...base, landlockUsable: false }), false);
-    assert.equal(
-      landlockBestEffort({
-        ...base,
-        permissions: resolvePermissions(undefined, "/"),
-      }),
-      false,
-    );
-    assert.equal(
-      landlockBestEffort({
-        ...base,
-        permissions: resolvePermissions("all", "/"),
-      }),
-      false,
-    );
   });
 });

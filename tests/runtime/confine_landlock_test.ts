@@ -11,7 +11,7 @@ import {
   type LandlockRuleset,
   landlockRuleset,
   portOf,
-} from "../../src/runtime/confine/landlock.ts";
+} from "../../src/runtime/sandbox/landlock.ts";
 import {
   type Permissions,
   resolvePermissions,
@@ -20,7 +20,7 @@ import {
   LIBRARY_PATHS,
   NETWORK_PATHS,
   PROGRAM_PATHS,
-} from "../../src/runtime/launch/bwrap.ts";
+} from "../../src/runtime/sandbox/bwrap.ts";
 
 function build(permissions: Permissions | undefined, abi = 7): LandlockRuleset {
   return landlockRuleset({

@@ -5,7 +5,7 @@ import {
   seccompArch,
   seccompDenials,
   seccompFilter,
-} from "../../src/runtime/confine/seccomp.ts";
+} from "../../src/runtime/sandbox/seccomp.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 
 const X86_64 = 0xc000003e;

@@ -17,15 +17,15 @@ import {
   type ConfineRunner,
   confineSpec,
   confineStepArgv,
-  probeConfineSupport,
-} from "../../src/runtime/confine/confine_command.ts";
+} from "../../src/runtime/sandbox/confine_command.ts";
+import { probeConfineSupport } from "../../src/runtime/sandbox/facts.ts";
 import type { Permissions } from "../../src/runtime/permissions.ts";
-import { landlockWrapper } from "../../src/runtime/confine/wrapper.ts";
+import { landlockWrapper } from "../../src/runtime/sandbox/confine_wrapper.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import {
   CONFINE_FAILED_EXIT_CODE,
   CONFINE_STDERR_PREFIX,
-} from "../../src/runtime/confine/spec.ts";
+} from "../../src/runtime/sandbox/spec.ts";
 import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
 
 checkNoLeaks();

@@ -1,6 +1,6 @@
 // Importing @airlock/airlock loads only the public API and what option
 // validation and calls need: the launch code (src/runtime/launch/, the OS
-// sandbox and confinement builders, the code cache, the Bun entry) and the
+// sandbox in src/runtime/sandbox/, the code cache, the Bun entry) and the
 // connection to a worker (src/parent/connection.ts, with the decoder and the
 // start errors' hints) load on the first start
 // (src/parent/_launch.ts) and the worker side only in a self-exec
@@ -65,7 +65,8 @@ function staticGraph(graph: Map<string, InfoModule>, entry: string): string[] {
 /** Code that a program importing airlock must not load until it starts a worker. */
 const LOADED_LATER = [
   /^src\/runtime\/launch\/(?!types\.ts$)/,
-  /^src\/runtime\/confine\//,
+  // Its types modules (the sandbox's, limits') are what option validation needs.
+  /^src\/runtime\/sandbox\/(?!(?:[a-z_]+\/)?types\.ts$)/,
   /^src\/runtime\/bun_entry\.ts$/,
   /^src\/worker\//,
   /^src\/parent\/connection\.ts$/,
@@ -103,7 +104,9 @@ describe("the module graph of mod.ts", () => {
         "src/runtime/launch/command.ts",
         "src/runtime/launch/warm_up.ts",
         "src/runtime/launch/exit.ts",
-        "src/runtime/confine/wrapper.ts",
+        "src/runtime/sandbox/plan.ts",
+        "src/runtime/sandbox/facts.ts",
+        "src/runtime/sandbox/wrappers.ts",
         "src/parent/connection.ts",
         "src/parent/_start_worker.ts",
         "src/protocol/decode_value.ts",

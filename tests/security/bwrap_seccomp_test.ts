@@ -1,6 +1,6 @@
 // Attack class: unix sockets and other kernel interfaces where Landlock is
 // missing. The seccomp filter (socket(AF_UNIX) unless net is granted,
-// ptrace, process_vm_readv/writev, io_uring, …: confine/seccomp.ts) is
+// ptrace, process_vm_readv/writev, io_uring, …: sandbox/seccomp.ts) is
 // installed by the Landlock step; where that step cannot run but
 // bubblewrap can (a kernel without Landlock), bubblewrap installs the same
 // filter (--seccomp, fd 3 opened by a shell that execs bubblewrap).
@@ -13,10 +13,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { seccompFilter } from "../../src/runtime/confine/seccomp.ts";
+import { seccompFilter } from "../../src/runtime/sandbox/seccomp.ts";
 import { findExecutable } from "../../src/runtime/launch/executable.ts";
-import { seccompFile } from "../../src/runtime/launch/seccomp_file.ts";
-import { bwrapWrapper } from "../../src/runtime/launch/wrappers.ts";
+import { seccompFile } from "../../src/runtime/sandbox/seccomp_file.ts";
+import { bwrapWrapper } from "../../src/runtime/sandbox/bwrap_wrapper.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { checkNoLeaks, needs } from "../_helpers.ts";
 

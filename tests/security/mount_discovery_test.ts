@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { session } from "../../mod.ts";
-import { workerMounts } from "../../src/runtime/launch/mounts.ts";
+import { workerMounts } from "../../src/runtime/sandbox/mounts.ts";
 import { checkNoLeaks } from "../_helpers.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";

@@ -2,7 +2,8 @@
  * The one launch path of a worker. First the command: the runtime with its
  * flags, airlock's entry and the user's module (or, in a compiled program,
  * the executable itself: self-exec; or a user's `command`). Then the
- * wrappers, innermost first: the OS sandbox (bubblewrap), the parent-death
+ * wrappers, innermost first: the OS sandbox (src/runtime/sandbox/: its
+ * plan, then Landlock and bubblewrap), the parent-death
  * guard (`setpriv --pdeathsig KILL`), a user's launcher. The result carries
  * the argv and environment to spawn, the exit mapper of its wrappers and how
  * to find the worker's real pid below them.
@@ -16,13 +17,12 @@ import {
   fileURLToPath,
   isAbsolute,
   join,
-  process,
   readFileSync,
   realpathSync,
   relative,
   statSync,
 } from "../node_builtins.ts";
-import { PermissionError, WorkerStartError } from "../../errors.ts";
+import { WorkerStartError } from "../../errors.ts";
 import { bunEntryBundle } from "../bun_entry.ts";
 import type { RuntimeAdapter, RuntimeName } from "../types.ts";
 import {
@@ -38,40 +38,30 @@ import {
   runtimeBinary,
 } from "./lookups.ts";
 import {
-  isExecutableFile,
   recordWorkerWritable,
   resolveProgram,
   writableByWorker,
 } from "./executable.ts";
-import { seccompFile } from "./seccomp_file.ts";
-import { seccompArch, seccompFilter } from "../confine/seccomp.ts";
 import {
   denoCacheMounts,
   projectRoot,
-  tooBroad,
   workerMounts,
-} from "./mounts.ts";
+} from "../sandbox/mounts.ts";
 import { codeCacheDir, LOCATION_DATA, prepareCodeCache } from "./code_cache.ts";
-import { sandboxDecision } from "./policy.ts";
 import { selfExecCommand } from "./self_exec_command.ts";
 import type {
   ExitMapper,
   LaunchStep,
-  SandboxBackend,
   WorkerCommand,
   WorkerCommandInput,
   Wrapper,
 } from "./types.ts";
-import { bwrapWrapper, launcherWrapper, setprivWrapper } from "./wrappers.ts";
-import type { ConfineRunner } from "../confine/confine_command.ts";
-import {
-  type LandlockAvailability,
-  landlockAvailability,
-  landlockBestEffort,
-  landlockWrapper,
-} from "../confine/wrapper.ts";
-import { isCompiled } from "../self_exec.ts";
-import { bwrapUsable } from "../confine/bwrap_usable.ts";
+import type { SandboxBackend } from "../sandbox/types.ts";
+import { launcherWrapper, setprivWrapper } from "./wrappers.ts";
+import { hostFacts } from "../sandbox/facts.ts";
+import { checkGrantLinks } from "../sandbox/grant_links.ts";
+import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
+import { sandboxWrappers } from "../sandbox/wrappers.ts";
 
 /**
  * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
@@ -119,9 +109,6 @@ interface InnerCommand {
   /** The private code cache the worker reads (set by {@linkcode useCodeCache}). */
   codeCache?: string;
 }
-
-const COMPILED_DENO_UNENFORCED =
-  'a program made by deno compile cannot pass Deno\'s permission flags to its workers, which take the permissions it was compiled with; use the OS sandbox (Linux with bubblewrap), grant everything with permissions "all", or accept the compiled-in permissions with permissions.enforce "best-effort"';
 
 function innerCommand(
   input: WorkerCommandInput,
@@ -368,142 +355,47 @@ function useCodeCache(
 }
 
 /**
- * Refuses a path grant that is a link a worker may have made: its
- * directory lies where a worker of this process may write, or it leads to
- * `/`, the home directory or an ancestor of it. A sandbox binds a grant by
- * following links, so such a link would widen the grant to its target.
- *
- * @throws {PermissionError} naming the grant and its target.
+ * The sandbox wrappers a worker gets, or none: the host facts, the one
+ * decision (`sandbox/plan.ts`), then the wrappers it names. Throws when
+ * its permissions cannot be enforced here.
  */
-function checkGrantLinks(
-  input: WorkerCommandInput,
-  adapter: RuntimeAdapter,
-): void {
-  const home = adapter.env("HOME");
-  for (const kind of ["read", "write", "ffi"] as const) {
-    const scopes = input.permissions[kind];
-    if (scopes === true) continue;
-    for (const path of scopes) {
-      let real: string;
-      try {
-        real = realpathSync(path);
-      } catch {
-        continue;
-      }
-      if (real === path) continue;
-      const planted = writableByWorker(dirname(path));
-      if (planted === undefined && !tooBroad(real, home)) continue;
-      throw new PermissionError(
-        `permissions.${kind} "${path}" is a link to "${real}"${
-          planted === undefined
-            ? ", which would expose the root or home directory"
-            : ` inside "${planted}", where a worker may write and could have made it`
-        }; grant the real path instead`,
-        { module: input.label, permission: kind },
-      );
-    }
-  }
-}
-
-/**
- * The sandbox wrappers a worker gets, or none; throws when its permissions
- * cannot be enforced here.
- */
-function sandboxWrappers(
+function confinement(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   inner: InnerCommand,
   codeCacheMode: CodeCacheMode,
 ): Wrapper[] {
-  // Through a launcher the sandbox is the remote side's job: bwrap's
-  // mounts would name this machine's paths.
-  if (input.launcher.length > 0) return [];
-  const needsLookup = !input.permissions.all && input.sandbox !== "none";
-  let bwrap = needsLookup
-    ? linuxTool(
-      "bwrap",
-      adapter,
-      lookupDenied(input.label, 'bubblewrap ("bwrap")', "sandbox"),
-    )
-    : undefined;
-  // Installed is not enough: user namespaces may be forbidden here.
-  const usability = bwrap === undefined ? undefined : bwrapUsable(bwrap);
-  if (usability?.usable === false) bwrap = undefined;
-  const landlock = needsLookup ? landlockFor(input, adapter, inner) : undefined;
-  const decision = sandboxDecision({
+  const request: SandboxRequest = {
+    module: input.label,
     // A command has no permission model of its own, like Bun.
     runtime: inner.runtime ?? "command",
     sandbox: input.sandbox,
     permissions: input.permissions,
-    bwrap,
-    platform: process.platform,
-    ...(landlock ? { landlock } : {}),
-    ...(usability?.usable === false ? { bwrapUnusable: usability.reason } : {}),
-  });
-  if ("error" in decision) {
-    throw new PermissionError(
-      inner.compiledDeno && decision.permission === "permissions"
-        ? COMPILED_DENO_UNENFORCED
-        : decision.error,
-      { module: input.label, permission: decision.permission },
-    );
-  }
-  const bestEffort = landlockBestEffort({
-    used: decision.use,
-    runtime: inner.runtime ?? "command",
-    sandbox: input.sandbox,
-    permissions: input.permissions,
-    bwrap: bwrap !== undefined,
-    landlockUsable: landlock?.usable === true,
-  });
-  if ((!decision.use && !bestEffort) || inner.binary === undefined) return [];
-  const useLandlock = landlock?.usable === true && landlock.runner &&
-    landlock.support && landlock.stepEnv;
-  if (!useLandlock && bwrap === undefined) return [];
-  checkGrantLinks(input, adapter);
+    local: input.launcher.length === 0,
+    compiledDeno: inner.compiledDeno,
+  };
+  const plan = sandboxPlan(
+    request,
+    hostFacts(request, {
+      adapter,
+      input,
+      binary: inner.binary,
+      runtime: inner.runtime,
+    }),
+  );
+  if (!plan.confined || inner.binary === undefined) return [];
+  checkGrantLinks(input.permissions, input.label, adapter.env("HOME"));
   const codeCache = useCodeCache(input, adapter, inner, codeCacheMode);
-  // Every backend available, innermost first: Landlock runs inside
-  // bubblewrap (a Landlock domain may not mount).
-  const wrappers: Wrapper[] = [];
-  // Without Landlock, the step still installs the seccomp filter inside
-  // bubblewrap (unix sockets, ptrace, io_uring…).
-  const step = landlock?.usable ||
-    (landlock?.seccompOnly === true && bwrap !== undefined);
-  if (step && landlock?.runner && landlock.support && landlock.stepEnv) {
-    const write = input.permissions.write;
-    wrappers.push(landlockWrapper({
-      runner: landlock.runner,
-      support: landlock.support,
-      // The warm-up writes the private code cache (workers read it, as
-      // one of the step's read-only paths); web storage is written only in
-      // bubblewrap's private tmpfs (without it the directory is shared).
-      permissions: codeCache === undefined || write === true
-        ? input.permissions
-        : codeCache.writable
-        ? { ...input.permissions, write: [...write, codeCache.dir] }
-        : bwrap !== undefined
-        ? {
-          ...input.permissions,
-          write: [...write, join(codeCache.dir, LOCATION_DATA)],
-        }
-        : input.permissions,
-      cwd: input.cwd,
-      executables: [inner.binary],
-      stepEnv: landlock.stepEnv,
-    }));
-  }
-  if (bwrap !== undefined) {
-    wrappers.push(bwrapWrapper({
-      bwrap,
-      runtimeBinary: inner.binary,
-      permissions: input.permissions,
-      cwd: input.cwd,
-      // Without the Landlock step, bubblewrap installs the seccomp filter.
-      ...(wrappers.length === 0
-        ? { seccomp: bwrapSeccomp(input, adapter) }
-        : {}),
-    }));
-  }
+  const wrappers = sandboxWrappers(plan, {
+    module: input.label,
+    permissions: input.permissions,
+    cwd: input.cwd,
+    binary: inner.binary,
+    codeCache: codeCache === undefined
+      ? undefined
+      : { ...codeCache, scratch: join(codeCache.dir, LOCATION_DATA) },
+    onExit: (callback) => adapter.onExit(callback),
+  });
   if (wrappers.length === 0) return [];
   const code = inner.codeMounts?.();
   if (code !== undefined) {
@@ -511,79 +403,6 @@ function sandboxWrappers(
     inner.step.listOnly = [...(inner.step.listOnly ?? []), ...code.listOnly];
   }
   return wrappers;
-}
-
-/** The shell that opens the seccomp filter for bubblewrap. */
-const SHELL = "/bin/sh";
-
-/**
- * The seccomp filter bubblewrap installs when no Landlock step does (see
- * `confine/seccomp.ts` for the list): its file and the shell that opens it.
- *
- * @throws {PermissionError} when it cannot be built or written.
- */
-function bwrapSeccomp(
-  input: WorkerCommandInput,
-  adapter: RuntimeAdapter,
-): { file: string; shell: string } {
-  const fail = (detail: string, cause?: unknown): never => {
-    throw new PermissionError(
-      `cannot install the seccomp filter in bubblewrap: ${detail}`,
-      {
-        module: input.label,
-        permission: "sandbox",
-        ...(cause === undefined ? {} : { cause }),
-      },
-    );
-  };
-  if (seccompArch(process.arch) === undefined) {
-    return fail(`no system call table for the architecture "${process.arch}"`);
-  }
-  if (!isExecutableFile(SHELL, (detail) => fail(detail))) {
-    return fail(`${SHELL} is missing`);
-  }
-  try {
-    return {
-      file: seccompFile(
-        seccompFilter(input.permissions),
-        (callback) => adapter.onExit(callback),
-      ),
-      shell: SHELL,
-    };
-  } catch (error: unknown) {
-    return fail(error instanceof Error ? error.message : String(error), error);
-  }
-}
-
-/**
- * Whether Landlock can confine this worker (probed once per runner): the
- * confine step runs on the worker's own runtime binary; a compiled program
- * has no runtime to run it.
- */
-function landlockFor(
-  input: WorkerCommandInput,
-  adapter: RuntimeAdapter,
-  inner: InnerCommand,
-): (LandlockAvailability & { runner?: ConfineRunner }) | undefined {
-  if (process.platform !== "linux") return undefined;
-  // The step runs on the worker's runtime, or the parent's for a command.
-  const runner: ConfineRunner | { none: string } =
-    isCompiled() || inner.binary === undefined
-      ? { none: "a compiled program has no runtime to run the confine step" }
-      : inner.runtime === undefined
-      ? {
-        runtime: adapter.name,
-        binary: runtimeBinary(adapter.name, adapter, input),
-      }
-      : { runtime: inner.runtime, binary: inner.binary };
-  const parentEnv = adapter.environment();
-  const availability = landlockAvailability(
-    runner,
-    input.permissions,
-    parentEnv,
-    denoCacheMounts(parentEnv)?.denoDir,
-  );
-  return "none" in runner ? availability : { ...availability, runner };
 }
 
 /**
@@ -651,7 +470,7 @@ export function buildWorkerCommand(
   // Without a parent-death signal the worker watches its parent itself.
   const parentWatchdog = !local || setpriv === undefined;
   const inner = innerCommand(input, adapter, env, parentWatchdog);
-  const wrappers = sandboxWrappers(input, adapter, inner, codeCacheMode);
+  const wrappers = confinement(input, adapter, inner, codeCacheMode);
   if (setpriv !== undefined) wrappers.push(setprivWrapper(setpriv));
   if (!local) wrappers.push(launcherWrapper(input.launcher));
 

@@ -14,7 +14,7 @@ import {
   type ResolvedPermissions,
 } from "../permissions.ts";
 import { describe } from "../../_validate.ts";
-import { denoCacheMounts } from "./mounts.ts";
+import { denoCacheMounts } from "../sandbox/mounts.ts";
 
 /**
  * Deno's permission flags for resolved permissions: `["-A"]` for `"all"`,

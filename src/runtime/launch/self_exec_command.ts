@@ -29,7 +29,7 @@ import {
 } from "../self_exec.ts";
 import type { RuntimeAdapter } from "../types.ts";
 import { completeDenoEnv, denoRunArgv } from "./deno_command.ts";
-import { workerMounts } from "./mounts.ts";
+import { workerMounts } from "../sandbox/mounts.ts";
 import type { WorkerCommandInput } from "./types.ts";
 
 /** A self-exec command, before wrapping. */

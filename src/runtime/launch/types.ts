@@ -1,27 +1,15 @@
 /**
- * The shared types of launching a worker: the `sandbox` mode, what the
- * command builder needs of the resolved options, the finished command, and
- * the wrapper contract every layer around the worker (sandbox backends, the
- * parent-death guard, a launcher) implements. Private to src/runtime.
+ * The shared types of launching a worker: what the command builder needs
+ * of the resolved options, the finished command, and the wrapper contract
+ * every layer around the worker (sandbox backends, the parent-death guard,
+ * a launcher) implements. Private to src/runtime.
  *
  * @module
  */
 
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
-
-/**
- * The `sandbox` option: `"os"` requires the OS sandbox (fails where it
- * cannot be had), `"none"` never uses it, `"auto"` uses it wherever it is
- * available. The one definition of the union: options.ts imports it.
- */
-export type SandboxMode = "none" | "os" | "auto";
-
-/** One OS sandbox backend: bubblewrap's namespaces, or Landlock with seccomp. */
-export type SandboxBackend = "bwrap" | "landlock";
-
-/** The values of {@linkcode SandboxMode}, for validation. */
-export const SANDBOX_MODES: readonly SandboxMode[] = ["none", "os", "auto"];
+import type { SandboxBackend, SandboxMode } from "../sandbox/types.ts";
 
 /** Maps the exit status of the spawned process to the worker's own. */
 export type ExitMapper = (

@@ -1,14 +1,13 @@
 /**
  * The parent's side of the confine step: the command line that runs
  * `workers/confine.ts` on a runtime (the worker's own, or the parent's for a
- * `command` worker) with the spec of one worker, and the one-time probe of
- * what the kernel offers (Landlock ABI, seccomp), made by running the same
- * step with `--probe`.
+ * `command` worker) with the spec of one worker (or `--probe`: the probe of
+ * what the kernel offers is in `facts.ts`).
  *
  * @module
  */
 
-import { Buffer, fileURLToPath, process, spawnSync } from "../node_builtins.ts";
+import { Buffer, fileURLToPath, process } from "../node_builtins.ts";
 import type { RuntimeName } from "../types.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { landlockRuleset } from "./landlock.ts";
@@ -98,76 +97,6 @@ export interface ConfineSupport {
   seccomp: boolean;
   /** Why the probe could not run, when it could not (both fields are then 0 / false). */
   error?: string;
-}
-
-const probes = new Map<string, ConfineSupport>();
-
-/**
- * What the kernel offers the confine step, asked once per runner binary by
- * running the step with `--probe` (about one runtime start). Not Linux: no
- * Landlock, no seccomp, without running anything.
- *
- * @param runner The runtime that will run the step.
- * @param env The environment to probe with (Deno needs `DENO_DIR` or `HOME`).
- * @returns The support found; `error` says why the probe failed.
- */
-export function probeConfineSupport(
-  runner: ConfineRunner,
-  env: Readonly<Record<string, string>>,
-): ConfineSupport {
-  if (process.platform !== "linux") {
-    return {
-      landlockAbi: 0,
-      seccomp: false,
-      error:
-        `Landlock and seccomp need Linux, and this platform is "${process.platform}"`,
-    };
-  }
-  const key = `${runner.runtime}:${runner.binary}`;
-  const cached = probes.get(key);
-  if (cached) return cached;
-  const argv = confineStepArgv(runner, "--probe");
-  let support: ConfineSupport;
-  try {
-    const result = spawnSync(argv[0] as string, argv.slice(1), {
-      cwd: "/",
-      env: { ...env },
-      encoding: "utf8",
-      stdio: ["ignore", "pipe", "pipe"],
-      timeout: 30_000,
-    });
-    const parsed = result.status === 0
-      ? JSON.parse(String(result.stdout).trim()) as Partial<ConfineSupport>
-      : undefined;
-    if (
-      parsed && Number.isInteger(parsed.landlockAbi) &&
-      typeof parsed.seccomp === "boolean"
-    ) {
-      support = {
-        landlockAbi: parsed.landlockAbi as number,
-        seccomp: parsed.seccomp,
-      };
-    } else {
-      const why = result.error?.message ??
-        (String(result.stderr ?? "").trim().split("\n").at(-1) ||
-          `exit code ${result.status}, signal ${result.signal}`);
-      support = {
-        landlockAbi: 0,
-        seccomp: false,
-        error: `the confine step's probe failed: ${why}`,
-      };
-    }
-  } catch (error: unknown) {
-    support = {
-      landlockAbi: 0,
-      seccomp: false,
-      error: `the confine step's probe failed: ${
-        error instanceof Error ? error.message : String(error)
-      }`,
-    };
-  }
-  probes.set(key, support);
-  return support;
 }
 
 /** Options of {@linkcode confineSpec}. */

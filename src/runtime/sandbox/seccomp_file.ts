@@ -17,7 +17,7 @@ import {
   tmpdir,
   writeFileSync,
 } from "../node_builtins.ts";
-import { writableByWorker } from "./executable.ts";
+import { writableByWorker } from "../launch/executable.ts";
 
 let dir: string | undefined;
 

@@ -21,12 +21,8 @@ import { isAbsolute } from "../node_builtins.ts";
 import { LANDLOCK_ACCESS_FILE } from "./spec.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { isGranted } from "../permissions.ts";
-import {
-  LIBRARY_PATHS,
-  NETWORK_PATHS,
-  PROGRAM_PATHS,
-} from "../launch/bwrap.ts";
-import { normalizePath } from "../launch/paths.ts";
+import { LIBRARY_PATHS, NETWORK_PATHS, PROGRAM_PATHS } from "./bwrap.ts";
+import { normalizePath } from "./paths.ts";
 
 /** Landlock's file-system access rights (`LANDLOCK_ACCESS_FS_*`), with the ABI that introduced each. */
 export const LANDLOCK_ACCESS_FS = {

@@ -17,7 +17,7 @@ import {
   statSync,
 } from "../node_builtins.ts";
 import { covers, normalizePath } from "./paths.ts";
-import { writableByWorker } from "./executable.ts";
+import { writableByWorker } from "../launch/executable.ts";
 
 /**
  * Whether mounting `path` would show too much: `/`, the user's home or one

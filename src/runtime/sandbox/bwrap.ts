@@ -5,7 +5,7 @@
  * so that everything in the process, native code included, sees only the
  * runtime, its libraries, the worker's code and the granted paths. What to
  * mount for the code is found by `mounts.ts`; whether to sandbox at all is
- * decided by `policy.ts`.
+ * decided by `plan.ts`.
  *
  * See docs/permissions.md for what each layer enforces on each runtime.
  *

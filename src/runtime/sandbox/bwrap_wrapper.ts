@@ -1,0 +1,85 @@
+/**
+ * The bubblewrap backend as one layer of a launch: a {@linkcode Wrapper}
+ * that runs the inner step in bubblewrap's namespaces and mounts (argv from
+ * `bwrap.ts`), with the seccomp filter when no inner layer installs one.
+ *
+ * @module
+ */
+
+import type { ResolvedPermissions } from "../permissions.ts";
+import { exitThroughWrapper } from "../launch/exit.ts";
+import type { LaunchStep, Wrapper } from "../launch/types.ts";
+import { bwrapEnvironment, sandboxedArgv } from "./bwrap.ts";
+
+/** Options of {@linkcode bwrapWrapper}. */
+export interface BwrapWrapperOptions {
+  /** The bubblewrap binary (real path). */
+  bwrap: string;
+  /** The runtime binary the inner command starts (real path), mounted at its path. */
+  runtimeBinary: string;
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's working directory. */
+  cwd: string;
+  /**
+   * A seccomp filter for bubblewrap to install (`--seccomp`), when no inner
+   * layer installs one: the file holding the BPF program (in a directory no
+   * worker may write) and the shell that opens it as fd 3 for bubblewrap.
+   *
+   * @default {undefined}
+   */
+  seccomp?: { file: string; shell: string };
+}
+
+/** The descriptor bubblewrap reads the seccomp filter from. */
+const SECCOMP_FD = "3";
+
+/**
+ * The bubblewrap wrapper: the inner command runs in the sandbox with the
+ * inner step's environment (given to bubblewrap, which passes it on; the
+ * loader's variables are set inside, see `bwrapEnvironment`) and its
+ * `readOnly` paths mounted besides the grants. bubblewrap reports a worker
+ * killed by signal N as exit code 128 + N.
+ *
+ * @param options The binaries, permissions and cwd.
+ * @returns The wrapper.
+ */
+export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
+  return {
+    name: "bwrap",
+    wrap(inner: LaunchStep) {
+      const argv = sandboxedArgv({
+        bwrap: options.bwrap,
+        runtimeBinary: options.runtimeBinary,
+        command: inner.argv,
+        readOnly: inner.readOnly,
+        writable: inner.writable ?? [],
+        scratch: inner.scratch ?? [],
+        permissions: options.permissions,
+        env: inner.env,
+        cwd: options.cwd,
+        ...(options.seccomp ? { seccompFd: SECCOMP_FD } : {}),
+      });
+      const seccomp = options.seccomp;
+      if (seccomp !== undefined) {
+        // fd 3 opened on the filter by a shell that then execs bubblewrap
+        // (no process between).
+        argv.unshift(
+          seccomp.shell,
+          "-c",
+          `exec "$@" ${SECCOMP_FD}<"$0"`,
+          seccomp.file,
+        );
+      }
+      return {
+        argv,
+        env: bwrapEnvironment(inner.env),
+        readOnly: [options.bwrap],
+        mapExit: exitThroughWrapper,
+        // bubblewrap forks its init (pid 1 of the new pid namespace), which
+        // forks the worker.
+        levels: 2,
+      };
+    },
+  };
+}

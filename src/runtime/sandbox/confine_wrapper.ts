@@ -1,0 +1,139 @@
+/**
+ * The Landlock backend as one layer of a launch: a wrapper that runs the
+ * inner command through the confine step, with a Landlock ruleset built from
+ * the worker's permissions and the seccomp filter. Inside bubblewrap when
+ * both are used (bubblewrap mounts, and a Landlock domain forbids mounting).
+ * Whether it is used is `plan.ts`'s decision; this builds it.
+ *
+ * @module
+ */
+
+import { dirname, fileURLToPath, join } from "../node_builtins.ts";
+import type { ResolvedPermissions } from "../permissions.ts";
+import type { LaunchStep, WrappedStep, Wrapper } from "../launch/types.ts";
+import {
+  confinedArgv,
+  confineEntryUrl,
+  type ConfineRunner,
+  confineSpec,
+  type ConfineSupport,
+} from "./confine_command.ts";
+import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
+import { CONFINE_HELD_ENV_PREFIX } from "./spec.ts";
+
+/** Options of {@linkcode landlockWrapper}. */
+export interface LandlockWrapperOptions {
+  /** The runtime that runs the confine step. */
+  runner: ConfineRunner;
+  /** What the kernel offers (a host fact: `facts.ts`). */
+  support: Readonly<Pick<ConfineSupport, "landlockAbi" | "seccomp">>;
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's working directory. */
+  cwd: string;
+  /**
+   * Programs and installations the worker runs from, readable and
+   * executable: the runtime binary, or a command's program and its prefix.
+   */
+  executables: readonly string[];
+  /**
+   * Variables the step itself runs with, restored to the worker's own
+   * values (or removed) before the worker starts: see
+   * {@linkcode stepEnvironment}.
+   */
+  stepEnv: Readonly<Record<string, string>>;
+}
+
+/**
+ * The variables the confine step runs with on `runner`: for Deno, a cache
+ * directory of its own under the parent's (`<DENO_DIR>/airlock-confine`:
+ * the step's compiled code never comes from a cache a worker could write)
+ * and no update check; for Bun, no transpiler cache.
+ *
+ * @param runner The runtime that runs the step.
+ * @param parentDenoDir The parent's Deno cache directory, when known.
+ * @returns The variables, or an error detail when the step cannot run.
+ */
+export function stepEnvironment(
+  runner: ConfineRunner,
+  parentDenoDir: string | undefined,
+): Record<string, string> | { error: string } {
+  if (runner.runtime === "bun") {
+    return { BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" };
+  }
+  if (parentDenoDir === undefined) {
+    return { error: SAYS.stepNeedsDenoDir() };
+  }
+  return {
+    DENO_DIR: join(parentDenoDir, "airlock-confine"),
+    DENO_NO_UPDATE_CHECK: "1",
+  };
+}
+
+/**
+ * The paths the confine step must read to run (its runtime binary, its
+ * code, its cache): what bubblewrap mounts when the step runs inside it.
+ *
+ * @param runner The runtime that runs the step.
+ * @param stepEnv The step's own variables.
+ * @returns Absolute paths.
+ */
+export function stepReadOnly(
+  runner: ConfineRunner,
+  stepEnv: Readonly<Record<string, string>>,
+): string[] {
+  const paths = [runner.binary];
+  const entry = confineEntryUrl();
+  if (entry.protocol === "file:") {
+    const workers = dirname(fileURLToPath(entry));
+    paths.push(workers, join(dirname(workers), "src", "runtime", "sandbox"));
+  }
+  if (stepEnv.DENO_DIR !== undefined) paths.push(stepEnv.DENO_DIR);
+  return paths;
+}
+
+/**
+ * The Landlock wrapper: the inner command runs through the confine step,
+ * which applies the ruleset (the inner step's `readOnly` paths readable
+ * besides the grants) and the seccomp filter, then execs it. The step execs,
+ * so the worker keeps the step's pid and exit status.
+ *
+ * @param options The runner, kernel support, permissions and paths.
+ * @returns The wrapper.
+ */
+export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
+  return {
+    // Without Landlock (ABI 0) the step installs the seccomp filter alone.
+    name: options.support.landlockAbi > 0 ? "landlock" : "seccomp",
+    wrap(inner: LaunchStep): WrappedStep {
+      // The step sees none of the worker's variables under their names
+      // (a preload in BUN_OPTIONS or LD_PRELOAD would run before
+      // confinement); it gives them back at exec. Its own variables go.
+      const env: Record<string, string> = {};
+      for (const [name, value] of Object.entries(inner.env)) {
+        env[`${CONFINE_HELD_ENV_PREFIX}${name}`] = value;
+      }
+      const changes: Record<string, string | null> = {};
+      for (const name of Object.keys(options.stepEnv)) changes[name] = null;
+      const spec = confineSpec({
+        landlockAbi: options.support.landlockAbi,
+        seccomp: options.support.seccomp,
+        permissions: options.permissions,
+        executables: options.executables,
+        readOnly: inner.readOnly,
+        listOnly: inner.listOnly ?? [],
+        cwd: options.cwd,
+        argv: inner.argv,
+        env: changes,
+      });
+      return {
+        argv: confinedArgv(options.runner, spec),
+        env: { ...env, ...options.stepEnv },
+        readOnly: [
+          ...stepReadOnly(options.runner, options.stepEnv),
+          ...inner.readOnly,
+        ],
+      };
+    },
+  };
+}

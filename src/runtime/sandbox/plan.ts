@@ -1,0 +1,372 @@
+/**
+ * The one decision of the OS sandbox: from a worker's resolved options and
+ * what this machine has (the host facts, gathered by `facts.ts`), which
+ * backends confine the worker and how, or why it cannot start. Pure: no
+ * I/O, no globals, so every case is a row of one table test
+ * (tests/runtime/sandbox_plan_test.ts). The builders (`wrappers.ts`,
+ * `bwrap.ts`, `confine_wrapper.ts`) turn the plan into argv, mounts,
+ * Landlock rules and the seccomp filter; they decide nothing.
+ *
+ * @module
+ */
+
+import { PermissionError } from "../../errors.ts";
+import type { ResolvedPermissions } from "../permissions.ts";
+import type { ConfineRunner, ConfineSupport } from "./confine_command.ts";
+import { landlockGaps } from "./landlock.ts";
+import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
+import type { SandboxBackend, SandboxMode } from "./types.ts";
+
+/** What {@linkcode sandboxPlan} needs of a worker's resolved options. */
+export interface SandboxRequest {
+  /** The worker's display name, for the error. */
+  module: string;
+  /**
+   * The runtime whose confinement rules apply: `"command"` for a user's
+   * command, and `"bun"` for a `deno compile`d program (neither can take
+   * Deno's flags: only the sandbox confines them).
+   */
+  runtime: "deno" | "bun" | "command";
+  /** The `sandbox` option, resolved. */
+  sandbox: SandboxMode;
+  /** The `permissions` option, resolved. */
+  permissions: ResolvedPermissions;
+  /** Whether the worker runs on this machine (no launcher). */
+  local: boolean;
+  /** Whether the worker is a `deno compile`d program (self-exec), for the message. */
+  compiledDeno: boolean;
+}
+
+/**
+ * What is known of bubblewrap here: its path when it can run, why it
+ * cannot (installed, but its probe failed: user namespaces forbidden), or
+ * `undefined` when it was not found (or not looked up).
+ */
+export type BwrapFact =
+  | { readonly path: string }
+  | { readonly unusable: string }
+  | undefined;
+
+/**
+ * What is known of the confine step (Landlock and seccomp, applied by
+ * `workers/confine.ts` before it execs the worker): the runtime that runs
+ * it, its own variables and what the kernel offers; or why it cannot run,
+ * and whether that is a refusal (its code or runtime lies under a worker's
+ * write grant, or its probe failed) rather than an absence (no runtime, an
+ * unknown architecture).
+ */
+export type ConfineStepFact =
+  | {
+    readonly runner: ConfineRunner;
+    readonly stepEnv: Readonly<Record<string, string>>;
+    readonly support: Readonly<Pick<ConfineSupport, "landlockAbi" | "seccomp">>;
+  }
+  | { readonly unavailable: string; readonly refused: boolean };
+
+/** What this machine has, as far as the sandbox is concerned. */
+export interface HostFacts {
+  /** `process.platform`, e.g. `"linux"`. */
+  platform: string;
+  /** bubblewrap. */
+  bwrap: BwrapFact;
+  /** The confine step; `undefined` when not looked at (not Linux, or nothing to confine). */
+  confineStep: ConfineStepFact | undefined;
+}
+
+/** The confine step as a plan names it: how to run it, and what it installs. */
+export interface PlannedStep {
+  /** The runtime that runs the step. */
+  readonly runner: ConfineRunner;
+  /** The step's own variables. */
+  readonly stepEnv: Readonly<Record<string, string>>;
+  /** What the kernel offers: the step applies Landlock when `landlockAbi > 0`, and always the seccomp filter. */
+  readonly support: Readonly<Pick<ConfineSupport, "landlockAbi" | "seccomp">>;
+}
+
+/**
+ * What the sandbox does with one worker: nothing (with the reason), or the
+ * backends that confine it. The seccomp filter is always installed when the
+ * worker is confined: by the confine step when there is one, else by
+ * bubblewrap (`--seccomp`).
+ */
+export type SandboxPlan =
+  | { readonly confined: false; readonly reason: string }
+  | {
+    readonly confined: true;
+    /** Why, in words. */
+    readonly reason: string;
+    /** The backends, outermost first (as `WorkerCommand.sandboxes`). */
+    readonly backends: readonly SandboxBackend[];
+    /** The bubblewrap binary when bubblewrap confines the worker. */
+    readonly bwrap: string | undefined;
+    /** The confine step when it runs (inside bubblewrap when both do). */
+    readonly step: PlannedStep | undefined;
+    /** Who installs the seccomp filter. */
+    readonly seccomp: "step" | "bwrap";
+  };
+
+/** What the confine step can do for these permissions. */
+interface LandlockFit {
+  /** Landlock and seccomp can be applied (as a second backend at least). */
+  usable: boolean;
+  /** The kernel has no Landlock but the step can install the seccomp filter. */
+  seccompOnly: boolean;
+  /** Landlock alone enforces every grant (no ABI gap). */
+  alone: boolean;
+  /** Why not usable or not alone; `""` when both. */
+  reason: string;
+  /** Refused for safety or failed a check, as opposed to missing. */
+  refused: boolean;
+}
+
+function landlockFit(
+  step: ConfineStepFact,
+  permissions: ResolvedPermissions,
+): LandlockFit {
+  const no = { usable: false, seccompOnly: false, alone: false };
+  if ("unavailable" in step) {
+    return { ...no, reason: step.unavailable, refused: step.refused };
+  }
+  if (step.support.landlockAbi < 1) {
+    return {
+      ...no,
+      seccompOnly: step.support.seccomp,
+      reason: SAYS.noLandlock(),
+      refused: false,
+    };
+  }
+  if (!step.support.seccomp) {
+    return { ...no, reason: SAYS.noSeccomp(), refused: false };
+  }
+  const gaps = landlockGaps(permissions, step.support.landlockAbi);
+  return {
+    usable: true,
+    seccompOnly: false,
+    alone: gaps.length === 0,
+    reason: gaps.length === 0
+      ? ""
+      : SAYS.landlockGaps(step.support.landlockAbi, gaps),
+    refused: false,
+  };
+}
+
+/** Whether {@linkcode sandboxPlan} can use host facts for this request: the facts to gather. */
+export function needsHostFacts(request: SandboxRequest): boolean {
+  return request.local && !request.permissions.all &&
+    request.sandbox !== "none";
+}
+
+/**
+ * Decides how a worker is confined. The rules, in order:
+ *
+ * - Through a launcher: not here (the remote side's job).
+ * - `permissions: "all"`: never sandboxed; `sandbox: "os"` with it is an
+ *   error (the two contradict each other).
+ * - A backend that exists but was refused or failed a check (Landlock whose
+ *   confine step lies under a worker's write grant, or whose probe failed)
+ *   where bubblewrap cannot confine alone: an error under `"auto"` and
+ *   `"os"`, for every runtime, naming the cause and the fix. Only
+ *   `sandbox: "none"` or `permissions.enforce: "best-effort"` opt out
+ *   (never a silent fall back to Deno's flags).
+ * - `sandbox: "os"`: sandboxed, or an error where the sandbox cannot be had
+ *   (not Linux, or neither bubblewrap nor Landlock alone).
+ * - `sandbox: "auto"` (the default): sandboxed whenever the sandbox is
+ *   available, on both runtimes (Deno's flags do not stop `import()` from
+ *   reading files, nor native code and subprocesses).
+ * - Without the sandbox, Deno's flags enforce the permissions on
+ *   JavaScript; Bun and a `command` have no permission model, so that is an
+ *   error unless `permissions.enforce` is `"best-effort"`, and then Landlock
+ *   confines them as far as it goes where it can be applied.
+ *
+ * When sandboxed, every backend available is used, innermost first:
+ * Landlock (the confine step) inside bubblewrap. Where the kernel has no
+ * Landlock, the step still installs the seccomp filter inside bubblewrap;
+ * without a step, bubblewrap installs it.
+ *
+ * @param request The worker's resolved options.
+ * @param facts What this machine has.
+ * @returns The plan.
+ * @throws {PermissionError} when the worker cannot start as asked
+ *   (`permission` is `"sandbox"` or `"permissions"`).
+ *
+ * @example Bun on a machine with bubblewrap and Landlock
+ * ```ts
+ * import { resolvePermissions } from "../permissions.ts";
+ * import { sandboxPlan } from "./plan.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const plan = sandboxPlan({
+ *   module: "db.ts",
+ *   runtime: "bun",
+ *   sandbox: "auto",
+ *   permissions: resolvePermissions(undefined, "/app"),
+ *   local: true,
+ *   compiledDeno: false,
+ * }, {
+ *   platform: "linux",
+ *   bwrap: { path: "/usr/bin/bwrap" },
+ *   confineStep: {
+ *     runner: { runtime: "bun", binary: "/usr/bin/bun" },
+ *     stepEnv: {},
+ *     support: { landlockAbi: 6, seccomp: true },
+ *   },
+ * });
+ * assert.ok(plan.confined);
+ * assert.deepEqual(plan.backends, ["bwrap", "landlock"]);
+ * ```
+ *
+ * @example Bun on macOS, nothing granted, strict
+ * ```ts
+ * import { PermissionError } from "@airlock/airlock";
+ * import { resolvePermissions } from "../permissions.ts";
+ * import { sandboxPlan } from "./plan.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.throws(() =>
+ *   sandboxPlan({
+ *     module: "db.ts",
+ *     runtime: "bun",
+ *     sandbox: "auto",
+ *     permissions: resolvePermissions(undefined, "/app"),
+ *     local: true,
+ *     compiledDeno: false,
+ *   }, { platform: "darwin", bwrap: undefined, confineStep: undefined }), PermissionError);
+ * ```
+ */
+export function sandboxPlan(
+  request: SandboxRequest,
+  facts: HostFacts,
+): SandboxPlan {
+  if (!request.local) return { confined: false, reason: SAYS.launcher() };
+  const { runtime, sandbox, permissions } = request;
+  const refuse = (
+    detail: string,
+    permission: "sandbox" | "permissions",
+  ): never => {
+    throw new PermissionError(
+      request.compiledDeno && permission === "permissions"
+        ? SAYS.compiledDenoUnenforced()
+        : detail,
+      { module: request.module, permission },
+    );
+  };
+  const linux = facts.platform === "linux";
+  const bwrap = facts.bwrap !== undefined && "path" in facts.bwrap
+    ? facts.bwrap.path
+    : undefined;
+  const bwrapUnusable = facts.bwrap !== undefined && "unusable" in facts.bwrap
+    ? facts.bwrap.unusable
+    : undefined;
+  const landlock = linux && facts.confineStep !== undefined
+    ? landlockFit(facts.confineStep, permissions)
+    : undefined;
+  const unavailable = !linux
+    ? SAYS.notLinux(facts.platform)
+    : bwrap === undefined && !landlock?.alone
+    ? `${
+      bwrapUnusable === undefined
+        ? SAYS.bwrapNotFound()
+        : SAYS.bwrapCannotRun(bwrapUnusable)
+    }${landlock ? SAYS.landlockNotAlone(landlock.reason) : ""}`
+    : undefined;
+
+  if (permissions.all) {
+    if (sandbox === "os") return refuse(SAYS.osContradictsAll(), "sandbox");
+    return { confined: false, reason: SAYS.allGranted() };
+  }
+
+  // Landlock is here but refused (or failed its probe) and bubblewrap
+  // cannot confine alone: never a silent fallback to weaker confinement.
+  if (
+    linux && bwrap === undefined && landlock?.refused === true &&
+    !landlock.alone && sandbox !== "none" &&
+    permissions.enforce !== "best-effort"
+  ) {
+    return refuse(
+      SAYS.backendRefused(
+        runtime,
+        bwrapUnusable === undefined
+          ? SAYS.bwrapNotFoundShort()
+          : SAYS.bwrapCannotRun(bwrapUnusable),
+        landlock.reason,
+      ),
+      "sandbox",
+    );
+  }
+
+  let reason: string | undefined;
+  if (sandbox === "os") {
+    if (unavailable !== undefined) {
+      return refuse(SAYS.osUnavailable(unavailable), "sandbox");
+    }
+    reason = SAYS.osAskedFor();
+  } else if (sandbox === "auto" && unavailable === undefined) {
+    reason = runtime === "deno"
+      ? SAYS.denoConfined()
+      : SAYS.unmodelledConfined(runtime);
+  }
+
+  if (reason === undefined) {
+    // No sandbox: "none", or "auto" where it is unavailable.
+    const without = sandbox === "none"
+      ? SAYS.sandboxNoneOff()
+      : unavailable ?? SAYS.sandboxUnavailable();
+    if (runtime === "deno") {
+      return { confined: false, reason: SAYS.denoFlagsOnly(without) };
+    }
+    if (permissions.enforce !== "best-effort") {
+      return refuse(
+        SAYS.nothingEnforces(runtime, without, sandbox === "none"),
+        "permissions",
+      );
+    }
+    // Best effort: Landlock as far as it goes, where bubblewrap cannot run
+    // (an ABI gap kept it from confining alone), rather than nothing.
+    if (
+      sandbox !== "none" && bwrap === undefined && landlock?.usable === true &&
+      facts.confineStep !== undefined && "runner" in facts.confineStep
+    ) {
+      return confinedBy(
+        SAYS.bestEffortLandlock(landlock.reason),
+        undefined,
+        facts.confineStep,
+      );
+    }
+    return {
+      confined: false,
+      reason: SAYS.bestEffortUnconfined(runtime, without),
+    };
+  }
+
+  // Sandboxed: every backend available, Landlock inside bubblewrap (a
+  // Landlock domain may not mount). Without Landlock, the step still
+  // installs the seccomp filter inside bubblewrap (unix sockets, ptrace,
+  // io_uring…).
+  const step = facts.confineStep !== undefined &&
+      "runner" in facts.confineStep &&
+      (landlock?.usable === true ||
+        (landlock?.seccompOnly === true && bwrap !== undefined))
+    ? facts.confineStep
+    : undefined;
+  return confinedBy(reason, bwrap, step);
+}
+
+function confinedBy(
+  reason: string,
+  bwrap: string | undefined,
+  step: PlannedStep | undefined,
+): SandboxPlan {
+  const backends: SandboxBackend[] = [];
+  if (bwrap !== undefined) backends.push("bwrap");
+  if (step !== undefined && step.support.landlockAbi > 0) {
+    backends.push("landlock");
+  }
+  return {
+    confined: true,
+    reason,
+    backends,
+    bwrap,
+    step,
+    seccomp: step === undefined ? "bwrap" : "step",
+  };
+}

@@ -1,0 +1,129 @@
+/**
+ * The OS sandbox's wrappers of one worker, built from its plan
+ * (`plan.ts`), innermost first: the confine step (Landlock and seccomp, or
+ * seccomp alone) inside bubblewrap, or either alone. Decides nothing: which
+ * backends run is the plan's; this adds what the private code cache needs
+ * and where the seccomp filter comes from.
+ *
+ * @module
+ */
+
+import { PermissionError } from "../../errors.ts";
+import { process } from "../node_builtins.ts";
+import { isExecutableFile } from "../launch/executable.ts";
+import type { Wrapper } from "../launch/types.ts";
+import type { ResolvedPermissions } from "../permissions.ts";
+import { bwrapWrapper } from "./bwrap_wrapper.ts";
+import { landlockWrapper } from "./confine_wrapper.ts";
+import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
+import type { SandboxPlan } from "./plan.ts";
+import { seccompArch, seccompFilter } from "./seccomp.ts";
+import { seccompFile } from "./seccomp_file.ts";
+
+/** The private code cache of a sandboxed Deno worker, as the launch prepared it. */
+export interface PlannedCodeCache {
+  /** The cache directory. */
+  dir: string;
+  /** Whether the worker may write it (the warm-up start), or only read it. */
+  writable: boolean;
+  /** The directory inside it the worker writes (Deno's web storage). */
+  scratch: string;
+}
+
+/** Options of {@linkcode sandboxWrappers}. */
+export interface SandboxWrappersOptions {
+  /** The worker's display name, for errors. */
+  module: string;
+  /** The worker's resolved permissions. */
+  permissions: ResolvedPermissions;
+  /** The worker's working directory. */
+  cwd: string;
+  /** The binary the worker's command starts (real path). */
+  binary: string;
+  /** The private code cache, when the worker has one. */
+  codeCache: PlannedCodeCache | undefined;
+  /** Registers a callback run when this process exits (the seccomp file's directory goes then). */
+  onExit: (callback: () => void) => void;
+}
+
+/**
+ * The wrappers that confine a worker as its plan says, innermost first.
+ *
+ * @param plan A plan that confines the worker.
+ * @param options The worker's permissions, paths and code cache.
+ * @returns The wrappers.
+ * @throws {PermissionError} when bubblewrap's seccomp filter cannot be
+ *   built or written.
+ */
+export function sandboxWrappers(
+  plan: Extract<SandboxPlan, { confined: true }>,
+  options: SandboxWrappersOptions,
+): Wrapper[] {
+  const { permissions, codeCache } = options;
+  const wrappers: Wrapper[] = [];
+  if (plan.step !== undefined) {
+    const write = permissions.write;
+    wrappers.push(landlockWrapper({
+      runner: plan.step.runner,
+      support: plan.step.support,
+      // The warm-up writes the private code cache (workers read it, as
+      // one of the step's read-only paths); web storage is written only in
+      // bubblewrap's private tmpfs (without it the directory is shared).
+      permissions: codeCache === undefined || write === true
+        ? permissions
+        : codeCache.writable
+        ? { ...permissions, write: [...write, codeCache.dir] }
+        : plan.bwrap !== undefined
+        ? { ...permissions, write: [...write, codeCache.scratch] }
+        : permissions,
+      cwd: options.cwd,
+      executables: [options.binary],
+      stepEnv: plan.step.stepEnv,
+    }));
+  }
+  if (plan.bwrap !== undefined) {
+    wrappers.push(bwrapWrapper({
+      bwrap: plan.bwrap,
+      runtimeBinary: options.binary,
+      permissions,
+      cwd: options.cwd,
+      ...(plan.seccomp === "bwrap" ? { seccomp: bwrapSeccomp(options) } : {}),
+    }));
+  }
+  return wrappers;
+}
+
+/** The shell that opens the seccomp filter for bubblewrap. */
+const SHELL = "/bin/sh";
+
+/**
+ * The seccomp filter bubblewrap installs when no confine step does (see
+ * `seccomp.ts` for the list): its file and the shell that opens it.
+ *
+ * @throws {PermissionError} when it cannot be built or written.
+ */
+function bwrapSeccomp(
+  options: SandboxWrappersOptions,
+): { file: string; shell: string } {
+  const fail = (detail: string, cause?: unknown): never => {
+    throw new PermissionError(SAYS.bwrapSeccomp(detail), {
+      module: options.module,
+      permission: "sandbox",
+      ...(cause === undefined ? {} : { cause }),
+    });
+  };
+  if (seccompArch(process.arch) === undefined) {
+    return fail(SAYS.bwrapSeccompArch(process.arch));
+  }
+  if (!isExecutableFile(SHELL, (detail) => fail(detail))) {
+    return fail(SAYS.bwrapSeccompShell(SHELL));
+  }
+  try {
+    return {
+      file: seccompFile(seccompFilter(options.permissions), options.onExit),
+      shell: SHELL,
+    };
+  } catch (error: unknown) {
+    return fail(error instanceof Error ? error.message : String(error), error);
+  }
+}
