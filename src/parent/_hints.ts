@@ -2,7 +2,8 @@
  * Hints that name the fix for a worker's failed access: which grant of
  * `permissions` it needs. Deno's own advice ("run again with the
  * --allow-env flag") is wrong inside a worker, and under the OS sandbox a
- * read outside the grants fails as `ENOENT`, a write as `EROFS`, a
+ * read outside the grants fails as `ENOENT` (bubblewrap hides it) or
+ * `EACCES` (Landlock alone refuses it), a write as `EROFS` or `EACCES`, a
  * connection as `ECONNREFUSED` or `EAI_AGAIN`, none of which says
  * "permission". Private to src/parent.
  *
@@ -182,15 +183,15 @@ function errnoHint(
     }
     case "EACCES":
     case "EPERM": {
+      // Landlock alone (no bubblewrap) refuses what bubblewrap would hide.
       const read = covers(context.permissions.read, absolute, context.cwd);
       const write = covers(context.permissions.write, absolute, context.cwd);
       if (read && write) return undefined;
-      const kind = read
-        ? "write"
-        : write
-        ? "read"
-        : "read or permissions.write";
-      return `"${absolute}" is outside the worker's grants and the OS sandbox refused the access: if the worker should have it, add it to permissions.${kind}`;
+      const quoted = JSON.stringify(absolute);
+      if (read) {
+        return `"${absolute}" is outside the worker's write grants and the OS sandbox refused the access: if the worker should change it, add it to permissions.write (permissions: { write: [${quoted}] })`;
+      }
+      return `"${absolute}" is outside the worker's grants and the OS sandbox refused the access: if the worker should read it, add it to permissions.read (permissions: { read: [${quoted}] }); to change it, to permissions.write`;
     }
     default:
       return undefined;

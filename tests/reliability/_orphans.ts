@@ -44,6 +44,8 @@ export interface OrphanTrial {
   goneAfterMs: number;
   /** Milliseconds from spawning the parent to the kill. */
   ageMs: number;
+  /** How the parent ended: the signal's name, or its exit code. */
+  parentExit: string;
 }
 
 /**
@@ -92,8 +94,15 @@ export interface OrphanParent {
   report: OrphanParentReport;
   /** When it was spawned (ms since the epoch). */
   startedAt: number;
-  /** SIGKILLs it and measures its workers' deaths. */
-  kill(deadlineMs: number): Promise<OrphanTrial>;
+  /**
+   * Sends it a signal (default SIGKILL) and measures its workers' deaths;
+   * a parent a catchable signal leaves alive past the deadline is then
+   * SIGKILLed too.
+   */
+  kill(
+    deadlineMs: number,
+    signal?: "SIGKILL" | "SIGTERM" | "SIGINT" | "SIGHUP",
+  ): Promise<OrphanTrial>;
 }
 
 /**
@@ -116,8 +125,8 @@ export async function startOrphanParent(
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, NO_COLOR: "1", ...env },
   });
-  const exited = new Promise<void>((resolve) =>
-    child.on("exit", () => resolve())
+  const exited = new Promise<string>((resolve) =>
+    child.on("exit", (code, signal) => resolve(signal ?? `exit ${code}`))
   );
   let stderr = "";
   child.stderr.on("data", (data: Uint8Array) => {
@@ -145,10 +154,10 @@ export async function startOrphanParent(
   return {
     report,
     startedAt,
-    async kill(deadlineMs) {
+    async kill(deadlineMs, signal = "SIGKILL") {
       const before = descendants(report.pid);
       const ageMs = Date.now() - startedAt;
-      process.kill(report.pid, "SIGKILL");
+      process.kill(report.pid, signal);
       const killedAt = performance.now();
       let alive = before.filter(isAlive);
       while (alive.length > 0 && performance.now() - killedAt < deadlineMs) {
@@ -164,8 +173,16 @@ export async function startOrphanParent(
           // Gone.
         }
       }
-      await exited;
-      return { report, descendants: before, survivors, goneAfterMs, ageMs };
+      if (isAlive(report.pid)) process.kill(report.pid, "SIGKILL");
+      const parentExit = await exited;
+      return {
+        report,
+        descendants: before,
+        survivors,
+        goneAfterMs,
+        ageMs,
+        parentExit,
+      };
     },
   };
 }
