@@ -2,6 +2,7 @@
 // oneShot, on real worker processes (tests/fixtures/stream_worker.ts).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import dc from "node:diagnostics_channel";
 import {
   oneShot,
   pool,
@@ -370,13 +371,29 @@ describe("streams in pools and oneShot", () => {
   test("oneShot() streams from a fresh process that exits when the stream ends", async () => {
     const fresh = oneShot<W>(worker, captureLog());
     const seen: number[] = [];
-    let running = 0;
-    for await (const item of fresh.withPid(4)) {
-      seen.push(item.i);
-      running = ours().length;
+    const pids = new Set<number>();
+    // Processes started, seen by airlock:worker:start. Counting the live
+    // workers at each value was flaky, never an extra start: the worker may
+    // write all four values and exit before the loop reads the first one
+    // (counted 0 in 1 run of 7 here), and a count then said nothing.
+    const starts: number[] = [];
+    const onStart = (message: unknown) => {
+      const event = message as { pid: number; module: string };
+      if (event.module.includes("stream_worker")) starts.push(event.pid);
+    };
+    dc.subscribe("airlock:worker:start", onStart);
+    try {
+      for await (const item of fresh.withPid(4)) {
+        seen.push(item.i);
+        pids.add(item.pid);
+        assert.ok(ours().length <= 1, "at most one process");
+      }
+    } finally {
+      dc.unsubscribe("airlock:worker:start", onStart);
     }
     assert.deepEqual(seen, [0, 1, 2, 3]);
-    assert.equal(running, 1, "one process while the stream ran");
+    assert.equal(starts.length, 1, `one process started: ${starts}`);
+    assert.equal(pids.size, 1, "every value from that one process");
     assert.deepEqual(ours(), [], "the process is gone when the loop ends");
     assert.deepEqual(
       (await collect(fresh.stream("withPid", [1]))).values.length,
