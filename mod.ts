@@ -24,6 +24,7 @@
 
 export {
   AirlockError,
+  type CallExecuted,
   type LimitBreach,
   PermissionError,
   PoolBusyError,

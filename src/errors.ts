@@ -7,6 +7,15 @@
  * @module
  */
 
+/**
+ * Whether the handler of a failed call ran: `"no"`, it never started (the
+ * call was queued, not yet written, or written but not started by the
+ * worker): safe to retry; `"maybe"`, it had started, so its effects may have
+ * happened; `"yes"`, it ran to its end (a `RemoteError` from a handler that
+ * threw, or a call that settled only once its handler had finished).
+ */
+export type CallExecuted = "no" | "maybe" | "yes";
+
 /** Options shared by every airlock error. */
 export interface AirlockErrorOptions {
   /** The error that led to this one. */
@@ -26,6 +35,13 @@ export interface AirlockErrorOptions {
  * ```
  */
 export class AirlockError extends Error {
+  /**
+   * Whether the handler of the call this error rejected ran (see
+   * {@linkcode CallExecuted}); set by airlock on every rejection of a call,
+   * `undefined` on an error that rejected no call (a failed `session()`).
+   */
+  readonly executed: CallExecuted | undefined = undefined;
+
   /**
    * Creates an airlock error.
    *
@@ -352,8 +368,9 @@ export interface WorkerTimeoutErrorOptions extends AirlockErrorOptions {
 }
 
 /**
- * A call or a start passed its deadline. After a call timeout the session
- * stays open; two in a row replace the worker.
+ * A call or a start passed its deadline. After a call timeout the worker is
+ * kept if its event loop answers the liveness check; a wedged one (no answer
+ * within 1 s), or one with two timeouts in a row, is replaced.
  *
  * @example Read the fields
  * ```ts

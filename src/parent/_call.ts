@@ -5,7 +5,11 @@
  * @module
  */
 
-import { WorkerTimeoutError } from "../errors.ts";
+import {
+  AirlockError,
+  type CallExecuted,
+  WorkerTimeoutError,
+} from "../errors.ts";
 import type { CallMessage } from "../protocol/messages.ts";
 import { encodeMessage } from "../protocol/encode_message.ts";
 import { describe } from "../_validate.ts";
@@ -62,7 +66,12 @@ export interface PendingCall extends CallRecord {
 /** What a call record takes from the call's options beyond its deadline. */
 export type CallExtras = Pick<
   ResolvedCallOptions,
-  "totalTimeoutMs" | "onProgress" | "windowItems" | "windowBytes" | "key"
+  | "totalTimeoutMs"
+  | "onProgress"
+  | "windowItems"
+  | "windowBytes"
+  | "key"
+  | "settleStopped"
 >;
 
 const NO_EXTRAS: CallExtras = {
@@ -71,6 +80,7 @@ const NO_EXTRAS: CallExtras = {
   onProgress: undefined,
   windowItems: DEFAULT_WINDOW.items,
   windowBytes: DEFAULT_WINDOW.bytes,
+  settleStopped: false,
 };
 
 /**
@@ -158,6 +168,38 @@ function capture(
 
 function ignore(): void {}
 
+/** What a `"maybe"` says in words, after the error's first line. */
+const MAYBE_WORDS =
+  'its handler had started, so its effects may have happened (executed "maybe")';
+
+/**
+ * Records on an error that rejects a call whether the call's handler ran
+ * (`AirlockError.executed`), once: the first value set stays. A `"maybe"`
+ * is also said in the message (and the stack's copy of it), after its
+ * first line. Errors that are not airlock's are left alone.
+ *
+ * @param error The error the call rejects with.
+ * @param executed Whether its handler ran.
+ */
+export function markExecuted(error: unknown, executed: CallExecuted): void {
+  if (!(error instanceof AirlockError) || error.executed !== undefined) return;
+  Object.defineProperty(error, "executed", {
+    value: executed,
+    enumerable: true,
+    writable: false,
+    configurable: true,
+  });
+  if (executed !== "maybe") return;
+  const message = error.message;
+  const end = message.indexOf("\n");
+  const head = end === -1 ? message : message.slice(0, end);
+  const words = `${head}; ${MAYBE_WORDS}`;
+  error.message = words + (end === -1 ? "" : message.slice(end));
+  if (typeof error.stack === "string") {
+    error.stack = error.stack.replace(head, words);
+  }
+}
+
 /** The pids of a call not written yet: shared, so never pushed to. */
 const NO_PIDS = Object.freeze([]) as unknown as number[];
 
@@ -185,12 +227,14 @@ class Call implements PendingCall {
   readonly onProgress: ((value: unknown) => void) | undefined;
   readonly windowItems: number;
   readonly windowBytes: number;
+  readonly settleStopped: boolean;
   stream: StreamState | undefined = undefined;
   awaited = false;
   settled = false;
   dueAt = 0;
   dueFrom = 0;
   writtenSeq = -1;
+  mayHaveRun = false;
   hook: SettleHook | undefined = undefined;
   prevUnsettled: PendingCall | undefined = undefined;
   nextUnsettled: PendingCall | undefined = undefined;
@@ -219,6 +263,7 @@ class Call implements PendingCall {
     this.onProgress = extras.onProgress;
     this.windowItems = extras.windowItems;
     this.windowBytes = extras.windowBytes;
+    this.settleStopped = extras.settleStopped;
     this.promise = new Promise<unknown>(capture);
     this.#resolve = capturedResolve;
     this.#reject = capturedReject;
@@ -237,6 +282,7 @@ class Call implements PendingCall {
     // Owned by a mode: a call nobody awaits (a handle dropped, a call ended
     // by close()) must not become an unhandled rejection.
     if (this.hook !== undefined) this.promise.catch(ignore);
+    markExecuted(error, this.mayHaveRun ? "maybe" : "no");
     this.#reject(error);
     this.hook?.callSettled(this, false);
   }

@@ -209,3 +209,21 @@ export function asStartError(
       cause: error,
     });
 }
+
+/**
+ * Whether a start failed because the parent ran out of file descriptors
+ * (EMFILE, ENFILE): a cause that other workers' exits can remove, so a pool
+ * serves with the workers it has rather than failing its queue.
+ *
+ * @param error Why the start failed.
+ * @returns Whether descriptors ran out.
+ */
+export function outOfDescriptors(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 4; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (code === "EMFILE" || code === "ENFILE") return true;
+    if (/EMFILE|ENFILE|Too many open files/.test(e.message)) return true;
+    e = e.cause;
+  }
+  return false;
+}

@@ -17,6 +17,7 @@ import { crashError } from "./_exit.ts";
 import {
   armTotalDeadline,
   callHandle,
+  markExecuted,
   noteSent,
   onCallAbort,
   type PendingCall,
@@ -232,6 +233,7 @@ export abstract class ModeCore implements SettleHook, CallCanceller {
       call = prepareCall(op, args, options, this.options, trace);
     } catch (error: unknown) {
       if (trace) traceRefused(trace, error);
+      markExecuted(error, "no");
       return { refused: error };
     }
     this.counters.calls++;

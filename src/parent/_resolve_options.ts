@@ -18,6 +18,7 @@ import {
   statSync,
 } from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
+import { WorkerStartError } from "../errors.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
 import { defaultLogSink } from "./_log_sink.ts";
 import { envNameProblem, resolvePermissions } from "../runtime/permissions.ts";
@@ -63,7 +64,8 @@ import {
  * @param module The argument.
  * @param cwd The parent's working directory.
  * @returns The module URL.
- * @throws {TypeError} when it is not a URL or path, or the file does not exist.
+ * @throws {TypeError} when it is not a URL or path.
+ * @throws {WorkerStartError} when the file does not exist.
  */
 export function resolveModule(module: unknown, cwd: string): URL {
   let url: URL;
@@ -97,9 +99,13 @@ export function resolveModule(module: unknown, cwd: string): URL {
       return url;
     }
     if (!existsSync(path) || !statSync(path).isFile()) {
-      throw new TypeError(
-        `Invalid worker module: "${path}" does not exist or is not a file`,
-      );
+      // A start that cannot succeed, refused before any spawn (issue 27).
+      throw new WorkerStartError({
+        module: basename(path),
+        failure: "import",
+        detail:
+          `the module file "${path}" does not exist or is not a file: check the path (a relative one is resolved against the parent's working directory, or pass new URL("./worker.ts", import.meta.url))`,
+      });
     }
   }
   return url;
@@ -457,9 +463,14 @@ export function resolveCallOptions(
       onProgress: undefined,
       windowItems: DEFAULT_WINDOW.items,
       windowBytes: DEFAULT_WINDOW.bytes,
+      settleStopped: false,
     };
   }
   checkObject("call options", options);
+  const settle = options.settle;
+  if (settle !== undefined && settle !== "now" && settle !== "stopped") {
+    throw new TypeError(invalid("settle", '"now" or "stopped"', settle));
+  }
   const signal = options.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new TypeError(invalid("signal", "an AbortSignal", signal));
@@ -486,6 +497,7 @@ export function resolveCallOptions(
       DEFAULT_WINDOW.bytes,
       1,
     ),
+    settleStopped: settle === "stopped",
   };
 }
 
@@ -505,6 +517,8 @@ export interface ResolvedCallOptions {
   windowItems: number;
   /** A stream's window of bytes. */
   windowBytes: number;
+  /** Whether a timed-out or aborted call rejects only once its handler stopped. */
+  settleStopped: boolean;
 }
 
 /**

@@ -26,7 +26,7 @@ import { crashError } from "./_exit.ts";
 import { startFault } from "./_faults.ts";
 import type { ResolvedWorkerOptions } from "./options.ts";
 import { publishExit, publishStart, type WorkerMode } from "./_events.ts";
-import { asStartError, runSetup } from "./_launch.ts";
+import { asStartError, outOfDescriptors, runSetup } from "./_launch.ts";
 
 /** Backoff before respawn number n (1-based), in ms. */
 function backoffMs(attempt: number): number {
@@ -56,6 +56,7 @@ export function routedEvents(initial: ConnectionEvents): RoutedEvents {
     onTimeout: (call) => target.onTimeout(call),
     onSlotFree: () => target.onSlotFree?.(),
     onStarted: (call) => target.onStarted?.(call),
+    onLiveness: (alive) => target.onLiveness?.(alive),
     route(next) {
       target = next;
     },
@@ -73,18 +74,41 @@ function startEvents(module: string): ConnectionEvents {
 }
 
 /**
+ * What a program prints when the script or module it was told to run does
+ * not exist (Python, Deno and Bun, Node, the shells): a `command` whose
+ * script is missing exits with a code before it is ready, and would again.
+ */
+export const MISSING_SCRIPT: RegExp =
+  /can't open file|Module not found|Cannot find module|No such file/;
+
+/**
  * Failures a respawn would repeat (and a start that used up its whole
- * deadline: retrying would multiply the wait the caller asked for).
+ * deadline: retrying would multiply the wait the caller asked for). A
+ * spawn that ran out of descriptors (EMFILE, ENFILE) is not one: others
+ * may be freed meanwhile.
  */
 function isFinal(error: unknown): boolean {
-  return error instanceof WorkerTimeoutError ||
-    (error instanceof WorkerStartError &&
-      (error.failure === "import" || error.failure === "definition" ||
-        error.failure === "spawn" || error.failure === "setup" ||
-        // A wrapper (bubblewrap, setpriv, the Landlock step) that could not
-        // start the worker fails the same way again: spawn-class.
-        (error.failure === "exited" &&
-          wrapperFailure(error.stderrTail ?? "") !== undefined)));
+  if (error instanceof WorkerTimeoutError) return true;
+  if (!(error instanceof WorkerStartError)) return false;
+  switch (error.failure) {
+    case "import":
+    case "definition":
+    case "setup":
+      return true;
+    case "spawn":
+      return !outOfDescriptors(error);
+    case "exited": {
+      const tail = error.stderrTail ?? "";
+      // A wrapper (bubblewrap, setpriv, the Landlock step) that could not
+      // start the worker fails the same way again: spawn-class. So does a
+      // program that exited (not killed) saying its script is missing.
+      return wrapperFailure(tail) !== undefined ||
+        (error.signal === null && error.exitCode !== null &&
+          MISSING_SCRIPT.test(tail));
+    }
+    default:
+      return false;
+  }
 }
 
 /**

@@ -20,6 +20,7 @@ import {
   type ErrorMessage,
   type HelloMessage,
   LIMIT_MESSAGE_VERSION,
+  LIVENESS_MESSAGE_VERSION,
   type ResultMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
@@ -35,6 +36,7 @@ import {
   stdoutTarget,
 } from "../runtime/proc.ts";
 import { DeadlineQueue } from "./_deadlines.ts";
+import { markExecuted } from "./_call.ts";
 import { clockMayHaveMoved, readingAnswers } from "./_metrics.ts";
 import {
   type ConnectionExit,
@@ -58,6 +60,20 @@ import {
 export { crashError } from "./_exit.ts";
 export type { ConnectionExit } from "./_exit.ts";
 export type { LogSink, LogSource } from "./_log.ts";
+
+/**
+ * How long a worker whose call timed out has to answer the liveness check
+ * (`ping`, answered from its event loop) before it counts as wedged (its
+ * event loop blocked, e.g. by a handler stuck in synchronous code) and is
+ * ended. Long enough for a loaded machine's scheduling and a GC pause.
+ */
+export const LIVENESS_GRACE_MS = 1_000;
+/**
+ * How long a call settled only once stopped (`settle: "stopped"`) waits,
+ * after its worker's spawned process exited, for the worker's own process
+ * (which a sandbox wrapper may outlive by moments) to be gone.
+ */
+const STOPPED_GONE_LIMIT_MS = 2_000;
 
 /** How long to keep reading stdout after the process exited. */
 const DRAIN_AFTER_EXIT_MS = 1_000;
@@ -103,6 +119,18 @@ export interface CallRecord extends StreamableCall {
   dueFrom: number;
   /** Its place in the order calls were written to that connection. */
   writtenSeq: number;
+  /**
+   * Whether its handler may have started, in any attempt: set when it is
+   * written to a free slot, when a call written ahead starts, when it is
+   * abandoned while written, and when it is lost with a worker that may
+   * have started it. Never cleared: it decides `executed` ("maybe" or "no").
+   */
+  mayHaveRun: boolean;
+  /**
+   * Whether a timed-out or aborted call rejects only once its handler is
+   * no longer running (`settle: "stopped"`).
+   */
+  readonly settleStopped: boolean;
 }
 
 /** What a connection tells its owner. */
@@ -127,6 +155,11 @@ export interface ConnectionEvents {
    * `Connection.limit`) starts now: a call before it left its slot.
    */
   onStarted?(call: CallRecord): void;
+  /**
+   * The liveness check after a timeout ended: `true`, the worker answered
+   * (slow, kept); `false`, it did not and is being killed (wedged).
+   */
+  onLiveness?(alive: boolean): void;
 }
 
 /** Options of {@linkcode startConnection}. */
@@ -216,6 +249,13 @@ export class Connection {
    */
   #abandonedAt = new Map<number, number>();
   #writes = 0;
+  /**
+   * Calls abandoned with `settle: "stopped"`, by id, with what they reject
+   * with: they settle once the worker answers them or is gone.
+   */
+  #stopping = new Map<number, { call: CallRecord; reason: unknown }>();
+  /** The grace timer of the liveness check in progress, if any. */
+  #liveness: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal Use {@linkcode startConnection}. */
   constructor(options: ConnectionOptions, child: ChildHandle) {
@@ -314,6 +354,14 @@ export class Connection {
     return false;
   }
 
+  /**
+   * Whether a liveness check is in progress (a call timed out, the worker
+   * has not answered the ping yet): nothing new should be written to it.
+   */
+  get checking(): boolean {
+    return this.#liveness !== undefined;
+  }
+
   /** Whether the worker starts queued calls in arrival order and honours `limit`. */
   get ordered(): boolean {
     return (this.#hello?.version ?? 0) >= LIMIT_MESSAGE_VERSION;
@@ -361,7 +409,10 @@ export class Connection {
     if (ahead) {
       // Written ahead: it waits in the worker's queue, its deadline with it.
       this.#ahead.push(call);
-    } else if (call.timeoutMs > 0) {
+    } else {
+      call.mayHaveRun = true;
+    }
+    if (!ahead && call.timeoutMs > 0) {
       // The deadline counts from when the call is written. Until the write
       // completes it also counts from now, so a worker that stopped reading
       // its stdin (a full pipe) cannot hold the call forever.
@@ -432,6 +483,7 @@ export class Connection {
     ) {
       const call = this.#ahead.shift() as CallRecord;
       if (this.#pending.get(call.id) !== call) continue;
+      call.mayHaveRun = true;
       if (call.timeoutMs > 0) this.#deadlines.add(call);
       this.#options.events.onStarted?.(call);
     }
@@ -458,7 +510,40 @@ export class Connection {
       "timed out",
     );
     if (this.#consecutiveTimeouts >= 2) this.kill(timeoutReason(call));
+    else this.#checkLiveness(call);
     this.#options.events.onTimeout(call);
+  }
+
+  /**
+   * Asks the worker's event loop whether it turns (`ping`): a worker that
+   * does not answer within {@linkcode LIVENESS_GRACE_MS} is wedged and is
+   * killed, so the next call runs on a fresh one; one that answers is slow
+   * and keeps its other calls. Workers of message version 4 answer it.
+   */
+  #checkLiveness(call: CallRecord): void {
+    if (
+      this.#liveness !== undefined || this.#exit !== undefined ||
+      this.#killReason !== undefined ||
+      (this.#hello?.version ?? 0) < LIVENESS_MESSAGE_VERSION
+    ) {
+      return;
+    }
+    this.#liveness = setTimeout(() => {
+      this.#liveness = undefined;
+      this.kill(
+        `killed by airlock because it did not answer a liveness check within ${LIVENESS_GRACE_MS} ms after call "${call.op}" (id ${call.id}) timed out: its event loop is blocked (a handler stuck in synchronous code?)`,
+      );
+      this.#options.events.onLiveness?.(false);
+    }, LIVENESS_GRACE_MS);
+    this.#child.write(encodeMessage({ type: "ping", id: CONTROL_ID }))
+      .catch(() => {});
+  }
+
+  #onPong(): void {
+    if (this.#liveness === undefined) return;
+    clearTimeout(this.#liveness);
+    this.#liveness = undefined;
+    this.#options.events.onLiveness?.(true);
   }
 
   /**
@@ -494,8 +579,55 @@ export class Connection {
       }, grace),
     );
     this.#syncRef();
-    call.reject(reason);
+    if (call.settleStopped) {
+      // Settles once the worker answers it (#stopped) or is gone.
+      this.#stopping.set(call.id, { call, reason });
+    } else {
+      // Written, so perhaps started (a call written ahead may have started
+      // in the worker before the answer that let it start was read).
+      call.mayHaveRun = true;
+      call.reject(reason);
+    }
     this.#writeCancel(call.id);
+  }
+
+  /**
+   * A call abandoned with `settle: "stopped"` got its answer: the handler
+   * no longer runs. `dropped`: it never started here; any other answer: it
+   * ran to its end (a worker older than message version 4 answers a call it
+   * dropped with an error, so there it may have run).
+   */
+  #stopped(id: number, dropped: boolean): void {
+    const entry = this.#stopping.get(id);
+    if (entry === undefined) return;
+    this.#stopping.delete(id);
+    const { call, reason } = entry;
+    if (!dropped) {
+      call.mayHaveRun = true;
+      const version = this.#hello?.version ?? 0;
+      if (version >= LIVENESS_MESSAGE_VERSION) markExecuted(reason, "yes");
+    }
+    call.reject(reason);
+  }
+
+  /**
+   * The worker exited with calls abandoned with `settle: "stopped"`: they
+   * reject once its own process is gone (a sandbox's wrapper may exit a
+   * moment before it), the handler perhaps cut short.
+   */
+  async #stoppedByExit(): Promise<void> {
+    const entries = [...this.#stopping.values()];
+    this.#stopping.clear();
+    if (this.#options.command.local) {
+      const until = Date.now() + STOPPED_GONE_LIMIT_MS;
+      while (isRunning(this.pid) && Date.now() < until) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    }
+    for (const { call, reason } of entries) {
+      call.mayHaveRun = true;
+      call.reject(reason);
+    }
   }
 
   /** Calls the worker is still running: in flight plus abandoned ones that have not stopped. */
@@ -791,13 +923,7 @@ export class Connection {
         const call = this.#pending.get(message.id);
         if (!call) {
           // Late answer to a call that timed out or was cancelled: dropped.
-          this.#abandonedAt.delete(message.id);
-          const grace = this.#cancelling.get(message.id);
-          if (grace !== undefined) {
-            clearTimeout(grace);
-            this.#cancelling.delete(message.id);
-            this.#syncRef();
-          }
+          this.#lateAnswer(message.id, false);
           return;
         }
         this.#pending.delete(message.id);
@@ -820,6 +946,17 @@ export class Connection {
         }
         return;
       }
+      case "dropped":
+        if (this.#pending.has(message.id)) {
+          throw new ProtocolError(
+            `Cannot read message: "dropped" for call ${message.id}, which was not cancelled`,
+          );
+        }
+        this.#lateAnswer(message.id, true);
+        return;
+      case "pong":
+        this.#onPong();
+        return;
       case "progress": {
         const onProgress = this.#pending.get(message.id)?.onProgress;
         if (onProgress) {
@@ -846,6 +983,18 @@ export class Connection {
           `Cannot read message: a worker may not send "${message.type}"`,
         );
     }
+  }
+
+  /** The answer to a call abandoned here: its handler has stopped. */
+  #lateAnswer(id: number, dropped: boolean): void {
+    this.#abandonedAt.delete(id);
+    const grace = this.#cancelling.get(id);
+    if (grace !== undefined) {
+      clearTimeout(grace);
+      this.#cancelling.delete(id);
+      this.#syncRef();
+    }
+    this.#stopped(id, dropped);
   }
 
   /** What access hints are computed from, when the owner gave the grants. */
@@ -882,23 +1031,25 @@ export class Connection {
           call.awaited ? call.stream?.collect() ?? [] : STREAM_END,
         );
       } else {
-        call.reject(
-          toRemoteError(message.error, {
-            module: this.module,
-            op: call.op,
-            pid: this.pid,
-          }, this.#hintContext()),
-        );
+        const error = toRemoteError(message.error, {
+          module: this.module,
+          op: call.op,
+          pid: this.pid,
+        }, this.#hintContext());
+        // The handler threw: it ran to its end.
+        markExecuted(error, "yes");
+        call.reject(error);
       }
     } catch (error: unknown) {
-      call.reject(
-        new ProtocolError(
-          `Cannot settle call "${call.op}" (id ${call.id}) with the answer of the worker: ${
-            describeValue(error)
-          }`,
-          { module: this.module, cause: error },
-        ),
+      const failure = new ProtocolError(
+        `Cannot settle call "${call.op}" (id ${call.id}) with the answer of the worker: ${
+          describeValue(error)
+        }`,
+        { module: this.module, cause: error },
       );
+      // Answered: the handler ran to its end.
+      markExecuted(failure, "yes");
+      call.reject(failure);
     }
   }
 
@@ -947,9 +1098,17 @@ export class Connection {
       lost,
       drained && !this.#truncated && !this.#protocolError,
     );
+    // Not known to be unstarted: it may have run (a call written ahead may
+    // have started before the answer that let it start was read).
+    for (const call of lost) {
+      if (!unstarted.has(call)) call.mayHaveRun = true;
+    }
     this.#abandonedAt.clear();
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
     this.#cancelling.clear();
+    if (this.#liveness !== undefined) clearTimeout(this.#liveness);
+    this.#liveness = undefined;
+    if (this.#stopping.size > 0) void this.#stoppedByExit();
     if (!this.#hello) {
       this.#rejectReady(
         startError(

@@ -21,6 +21,7 @@ import {
   armTotalDeadline,
   callHandle,
   createCall,
+  markExecuted,
   noteSent,
   onCallAbort,
   type PendingCall,
@@ -367,6 +368,7 @@ export function oneShot<D = unknown>(
       }
     } catch (error: unknown) {
       if (trace) traceRefused(trace, error);
+      markExecuted(error, "no");
       return asPromise ? Promise.reject(error) : refusedCall(op, error);
     }
     // `call()` is awaited as a whole: a stream resolves with its values.

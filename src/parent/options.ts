@@ -152,7 +152,9 @@ export interface WorkerOptions<D = unknown> {
    * written to the worker (not while it waits for a worker; a write that
    * cannot complete because the worker stopped reading counts). A call past
    * it rejects with
-   * `WorkerTimeoutError`; two in a row replace the worker. `0` disables it.
+   * `WorkerTimeoutError`; a worker that then does not answer the liveness
+   * check within 1 s (its event loop blocked), or times out twice in a row,
+   * is replaced. `0` disables it.
    * Overridable per call.
    *
    * @default {300000}
@@ -309,6 +311,23 @@ export interface CallOptions {
    * @default {4194304 (4 MiB)}
    */
   windowBytes?: number;
+  /**
+   * When a call that times out or is aborted while its handler runs
+   * rejects. `"now"`: at once, while the handler may still be running (it
+   * is told to stop through `this.signal`, and the worker is ended if it has
+   * not stopped after `cancelGraceMs`). `"stopped"`: only once the handler is
+   * no longer running anywhere: the worker answered the cancel (the handler
+   * returned, threw, or had not started), or it is gone, ended by airlock
+   * after `cancelGraceMs`. Use `"stopped"` for writes, so that no effect of
+   * the call happens after its rejection and a retry cannot run beside it;
+   * keep `"now"` for reads, where the caller wants the error at once and a
+   * late effect does not matter. The error's `executed` then says what the
+   * handler did: `"no"` (never started), `"yes"` (it ran to its end) or
+   * `"maybe"` (the worker was ended while it ran). See docs/reliability.md.
+   *
+   * @default {"now"}
+   */
+  settle?: "now" | "stopped";
 }
 
 /**

@@ -17,7 +17,7 @@ import type {
   ConnectionExit,
 } from "./connection.ts";
 import type { PendingCall } from "./_call.ts";
-import { launchWorker } from "./_launch.ts";
+import { launchWorker, outOfDescriptors } from "./_launch.ts";
 import { FORCED_REASON, ModeCore } from "./_mode.ts";
 import {
   type CallKey,
@@ -209,6 +209,13 @@ interface PoolWorker {
  */
 const LONG_CALL_MS = 4;
 
+/**
+ * How long a pool whose start ran out of file descriptors serves with the
+ * workers it has before it tries to start more (a worker's exit ends the
+ * pause at once).
+ */
+const DESCRIPTOR_PAUSE_MS = 5_000;
+
 class PoolCore extends ModeCore {
   readonly limits: ResolvedPoolOptions;
   readonly tracker: StateTracker;
@@ -221,6 +228,12 @@ class PoolCore extends ModeCore {
   #reaped = 0;
   /** How long the last worker start took, in ms (0 until one has). */
   #startMs = 0;
+  /**
+   * After a start ran out of file descriptors while other workers serve or
+   * start: the most workers to run until `#capUntil` (or a worker exits).
+   */
+  #cap = Infinity;
+  #capUntil = 0;
   /** Which live worker each sticky key is bound to. */
   #keyOwner = new Map<CallKey, PoolWorker>();
   /** Admitted keyed calls not yet settled: 0 keeps the plain FIFO path. */
@@ -287,6 +300,9 @@ class PoolCore extends ModeCore {
         if (holder.worker) this.#onSlotFree(holder.worker);
       },
       onStarted: (call) => this.onStarted(call),
+      // Calls held back while the worker's liveness was checked go on
+      // (to it, or to others once it is killed).
+      onLiveness: () => this.#pump(),
     };
     const begun = Date.now();
     const start = launchWorker(this.options, this.adapter, events, "pool").then(
@@ -348,11 +364,20 @@ class PoolCore extends ModeCore {
           // Its replacement may be started again (or on demand).
           predecessor.succeeded = false;
         }
-        if (this.#liveCount() === 0) {
+        const descriptors = outOfDescriptors(error);
+        if (
+          this.#liveCount() === 0 && (!descriptors || this.#starting === 0)
+        ) {
           // Nothing can serve the queue (launchWorker already retried): fail
           // it rather than respawn in a loop. The next call tries again.
           this.failQueued(error);
         } else {
+          if (descriptors) {
+            // Serve with the workers that fit (and those still starting):
+            // no new start for a while, or until one exits.
+            this.#cap = this.#liveCount() + this.#starting;
+            this.#capUntil = Date.now() + DESCRIPTOR_PAUSE_MS;
+          }
           this.#pump();
         }
       },
@@ -362,6 +387,7 @@ class PoolCore extends ModeCore {
 
   #onExit(worker: PoolWorker, exit: ConnectionExit): void {
     this.#workers.delete(worker);
+    this.#cap = Infinity;
     this.#handOver(worker);
     this.#unbindKeys(worker);
     if (worker.idleTimer) clearTimeout(worker.idleTimer);
@@ -520,9 +546,19 @@ class PoolCore extends ModeCore {
     const live = this.#liveCount();
     let wanted = Math.min(
       Math.ceil(placeable / this.limits.concurrency) - this.#starting,
-      this.limits.max - live - this.#starting,
+      this.#max() - live - this.#starting,
     );
     while (wanted-- > 0) this.#startWorker();
+  }
+
+  /** `max`, or fewer for a while after a start ran out of descriptors. */
+  #max(): number {
+    if (this.#cap === Infinity) return this.limits.max;
+    if (Date.now() >= this.#capUntil) {
+      this.#cap = Infinity;
+      return this.limits.max;
+    }
+    return Math.min(this.limits.max, this.#cap);
   }
 
   /**
@@ -534,7 +570,7 @@ class PoolCore extends ModeCore {
   #aheadOpen(): boolean {
     // Replacements started ahead do not count: their workers serve meanwhile.
     return this.#starting === this.#successorStarts &&
-      this.#liveCount() + this.#successorStarts >= this.limits.max;
+      this.#liveCount() + this.#successorStarts >= this.#max();
   }
 
   /**
@@ -542,7 +578,12 @@ class PoolCore extends ModeCore {
    * ahead when `ahead` allows it.
    */
   #hasRoom(worker: PoolWorker, ahead: boolean): boolean {
-    if (worker.retiring || worker.standby || !worker.conn.alive) return false;
+    if (
+      worker.retiring || worker.standby || !worker.conn.alive ||
+      worker.conn.checking
+    ) {
+      return false;
+    }
     const occupancy = worker.conn.occupancy;
     if (occupancy < this.limits.concurrency) return true;
     // Never written ahead behind a stream, nor behind a call that has run

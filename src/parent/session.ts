@@ -199,7 +199,10 @@ class SessionCore extends ModeCore implements ConnectionEvents {
       if (this.#conn === conn) this.#conn = undefined;
       this.exited(exit);
       if (this.queue.length > 0 && !this.#restarting && !this.closing) {
-        this.start().catch(() => {});
+        // Its successor may be serving already (started for a call made
+        // while this one was being killed): the calls go there.
+        if (this.#conn?.alive) this.#flush();
+        else this.start().catch(() => {});
       }
     });
     // Closed with force while it started: it serves nothing.
@@ -227,6 +230,12 @@ class SessionCore extends ModeCore implements ConnectionEvents {
 
   protected override admit(call: PendingCall): void {
     const conn = this.#conn;
+    if (conn?.checking) {
+      // A call timed out and the worker's liveness is being checked: the
+      // call waits for the verdict (this worker, or a fresh one).
+      this.queue.push(call);
+      return;
+    }
     if (conn && conn.alive && !this.#restarting && !conn.stopping) {
       const cause = this.tracker.active && this.#stamp
         ? this.tracker.staleness(this.#stamp, this.tracker.stamp())
@@ -250,6 +259,23 @@ class SessionCore extends ModeCore implements ConnectionEvents {
     unstarted: ReadonlySet<CallRecord>,
   ): void {
     this.queue.push(...this.lost(calls, exit, unstarted));
+  }
+
+  /**
+   * The liveness check after a timeout ended: a worker that answered takes
+   * the calls that waited; a wedged one is being killed, and a fresh one
+   * starts now for them.
+   *
+   * @param alive Whether the worker answered.
+   */
+  onLiveness(alive: boolean): void {
+    if (alive) {
+      if (!this.#restarting) this.#flush();
+      return;
+    }
+    if (this.queue.length > 0 && !this.#restarting && !this.closing) {
+      this.start().catch(() => {});
+    }
   }
 
   restart(): Promise<void> {

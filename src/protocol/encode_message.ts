@@ -26,6 +26,7 @@ const DIRECTION: Readonly<Record<Message["type"], CrossingDirection>> = {
   cancel: "to-worker",
   credit: "to-worker",
   limit: "to-worker",
+  ping: "to-worker",
   shutdown: "to-worker",
   hello: "to-parent",
   fatal: "to-parent",
@@ -34,6 +35,8 @@ const DIRECTION: Readonly<Record<Message["type"], CrossingDirection>> = {
   items: "to-parent",
   end: "to-parent",
   progress: "to-parent",
+  pong: "to-parent",
+  dropped: "to-parent",
   "shutdown-ack": "to-parent",
 };
 

@@ -27,14 +27,17 @@ export const CONTROL_ID = 0;
 /**
  * The message version this code speaks, sent in the hello: 2 adds streams
  * (`items`, `end`, `credit`) and `progress` to version 1; 3 adds `limit`
- * (a worker of version 3 honours it). The frame layout has its own version
- * (`PROTOCOL_VERSION` in frame.ts, still 1).
+ * (a worker of version 3 honours it); 4 adds `ping`/`pong` (the liveness
+ * check) and `dropped` (a cancelled call that never started). The frame
+ * layout has its own version (`PROTOCOL_VERSION` in frame.ts, still 1).
  */
-export const MESSAGE_VERSION = 3;
+export const MESSAGE_VERSION = 4;
 /** The oldest message version a parent accepts in a hello. */
 export const OLDEST_MESSAGE_VERSION = 1;
 /** The first message version whose workers honour `limit`. */
 export const LIMIT_MESSAGE_VERSION = 3;
+/** The first message version whose workers answer `ping` and send `dropped`. */
+export const LIVENESS_MESSAGE_VERSION = 4;
 
 /** The shortest gap between two `progress` messages of one call. */
 export const PROGRESS_INTERVAL_MS = 50;
@@ -196,6 +199,38 @@ export interface LimitMessage {
   concurrency: number;
 }
 
+/**
+ * The liveness check (message version 4): the worker answers `pong` from
+ * its event loop, at once, whatever its handlers are doing. A parent sends
+ * it when a call times out; no answer within a short grace means the
+ * worker's event loop is blocked.
+ */
+export interface PingMessage {
+  /** Discriminant. */
+  type: "ping";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+}
+
+/** The answer to `ping` (message version 4). */
+export interface PongMessage {
+  /** Discriminant. */
+  type: "pong";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+}
+
+/**
+ * A cancelled call that was still in the worker's queue: its handler never
+ * started (message version 4). The call's only answer, instead of `error`.
+ */
+export interface DroppedMessage {
+  /** Discriminant. */
+  type: "dropped";
+  /** The request id of the call. */
+  id: number;
+}
+
 /** Finish what is in flight, acknowledge, exit. */
 export interface ShutdownMessage {
   /** Discriminant. */
@@ -221,6 +256,8 @@ export type WorkerMessage =
   | ItemsMessage
   | EndMessage
   | ProgressMessage
+  | PongMessage
+  | DroppedMessage
   | ShutdownAckMessage;
 
 /** Messages a parent writes. */
@@ -229,6 +266,7 @@ export type ParentMessage =
   | CancelMessage
   | CreditMessage
   | LimitMessage
+  | PingMessage
   | ShutdownMessage;
 
 /** Every message of the protocol. */
@@ -505,6 +543,12 @@ export function decodeMessage(frame: Frame): Message {
       };
     case "shutdown":
       return { type, id: requireControl(record, type) };
+    case "ping":
+      return { type, id: requireControl(record, type) };
+    case "pong":
+      return { type, id: requireControl(record, type) };
+    case "dropped":
+      return { type, id: requireCallId(record, type) };
     case "shutdown-ack":
       return { type, id: requireControl(record, type) };
     default:

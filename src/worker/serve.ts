@@ -521,9 +521,8 @@ export async function serve(
         const index = waiting.findIndex((call) => call.id === message.id);
         if (index !== -1) {
           const [call] = waiting.splice(index, 1);
-          if (call) {
-            void send({ type: "error", id: call.id, error: cancelReason() });
-          }
+          // Never started: the parent learns it was not run.
+          if (call) void send({ type: "dropped", id: call.id });
           checkDrained();
         }
         return;
@@ -536,6 +535,11 @@ export async function serve(
         state.wake?.();
         return;
       }
+      case "ping":
+        // Answered from the event loop: a handler stuck in synchronous code
+        // keeps this from running, which is what the parent checks.
+        void send({ type: "pong", id: CONTROL_ID });
+        return;
       case "limit":
         // Queued calls start in arrival order as slots free up: the parent
         // knows from this which calls it wrote ahead had not started.

@@ -165,6 +165,6 @@ describe("oneShot()", needsWorkers(), () => {
 
   test("oneShot() refuses invalid options at once, before any call", () => {
     assert.throws(() => oneShot(worker, { callTimeoutMs: -5 }), RangeError);
-    assert.throws(() => oneShot("./missing_worker.ts"), TypeError);
+    assert.throws(() => oneShot("./missing_worker.ts"), WorkerStartError);
   });
 });

@@ -525,7 +525,9 @@ describe("session() start failures", needsWorkers(), () => {
       () => undefined,
       (e) => e,
     );
-    assert.ok(missing instanceof TypeError);
+    // A start that cannot succeed: an AirlockError, refused before a spawn.
+    assert.ok(missing instanceof WorkerStartError, String(missing));
+    assert.equal(missing.failure, "import");
     assert.match(missing.message, /does not exist/);
     assert.equal(liveChildren().length, before);
   });

@@ -177,10 +177,19 @@ describe("decodeMessage() refusals", () => {
     ) {
       assertRefused({ type: "result", id, value: 1 }, /invalid id/);
     }
-    for (const type of ["call", "result", "error", "cancel"]) {
+    for (const type of ["call", "result", "error", "cancel", "dropped"]) {
       assertRefused({ type, id: 0, op: "x" }, /reserved id 0/);
     }
-    for (const type of ["hello", "fatal", "shutdown", "shutdown-ack"]) {
+    for (
+      const type of [
+        "hello",
+        "fatal",
+        "shutdown",
+        "shutdown-ack",
+        "ping",
+        "pong",
+      ]
+    ) {
       assertRefused({ ...HELLO, type, id: 1 }, /must carry id 0/);
     }
   });
@@ -292,8 +301,8 @@ describe("decodeMessage() refusals", () => {
 
   test("decodeMessage() refuses a hello of another version, with both versions named", () => {
     assertRefused(
-      { ...HELLO, version: 4 },
-      /version 4, this parent speaks 1 to 3/,
+      { ...HELLO, version: 5 },
+      /version 5, this parent speaks 1 to 4/,
     );
     assertRefused({ ...HELLO, version: 0 }, /version 0/);
     assertRefused({ ...HELLO, version: undefined }, /version undefined/);

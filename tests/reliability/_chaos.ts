@@ -111,6 +111,8 @@ export interface ChaosReport {
   okWrites: number;
   /** Non-idempotent calls that crashed after their side effect ran. */
   crashedAfterEffect: number;
+  /** Crashed non-idempotent calls whose error said `executed: "no"` (never ran). */
+  crashedUnrun: number;
   /** Times `target.disrupt()` ran. */
   disruptions: number;
   /** Most calls in flight at once. */
@@ -290,6 +292,7 @@ export async function runChaos(
     executed: 0,
     okWrites: 0,
     crashedAfterEffect: 0,
+    crashedUnrun: 0,
     disruptions: disruptions.length,
     maxInFlight,
     elapsedMs: Math.round(performance.now() - started),
@@ -323,6 +326,16 @@ export async function runChaos(
           problems.push(`ran despite dying first: ${describe()}`);
         }
         const error = call.error as WorkerCrashedError;
+        // What the error says about the handler must hold in the ledger:
+        // "no" never wrote; a crash is never "yes".
+        if (error.executed === "no") {
+          report.crashedUnrun++;
+          if (times !== 0) {
+            problems.push(`executed "no" but ran ${times}: ${describe()}`);
+          }
+        } else if (error.executed !== "maybe") {
+          problems.push(`crash with executed ${error.executed}: ${describe()}`);
+        }
         if (error.op !== "write" || error.signal !== "SIGKILL") {
           problems.push(
             `crash error fields op ${error.op} signal ${error.signal}: ${describe()}`,
@@ -372,6 +385,6 @@ export function accounting(
 ): string {
   return `chaos ${label} seed ${seed}: sent ${report.sent}, ok ${report.ok}, crashed ${report.crashed}, other ${report.other}, hung ${report.hung}; ` +
     `self-kills ${report.selfKills}, external kills ${report.externalKills}, worker crashes ${workerCrashes}, disruptions ${report.disruptions}, retried ≥ ${report.retried}; ` +
-    `executed ${report.executed} = ok writes ${report.okWrites} + crashed after effect ${report.crashedAfterEffect}; ` +
+    `executed ${report.executed} = ok writes ${report.okWrites} + crashed after effect ${report.crashedAfterEffect}; crashed never run ("no") ${report.crashedUnrun}; ` +
     `max in flight ${report.maxInFlight}, ${report.elapsedMs} ms`;
 }

@@ -9,6 +9,7 @@ import {
   RemoteError,
   session,
   type WorkerOptions,
+  WorkerStartError,
 } from "../../mod.ts";
 import {
   captureLog,
@@ -146,7 +147,7 @@ describe("bad input", needsWorkers(), () => {
       assert.match(error.message, /Invalid worker module.*received/);
     }
     const missing = await refusal(() => session("./no/such/worker.ts"));
-    assert.ok(missing instanceof TypeError);
+    assert.ok(missing instanceof WorkerStartError, String(missing));
     assert.match(missing.message, /no\/such\/worker\.ts" does not exist/);
     assert.equal(liveChildren().length, before);
   });
