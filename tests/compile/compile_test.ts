@@ -226,6 +226,55 @@ describe(
   },
 );
 
+/** lmdb's add-on (`@lmdb/lmdb-linux-x64`, lmdb being a dev dependency). */
+const lmdbAddon = join(
+  root,
+  "node_modules",
+  "@lmdb",
+  `lmdb-${process.platform}-${process.arch}`,
+  "node.napi.glibc.node",
+);
+
+describe(
+  "bun build --compile, a worker using lmdb",
+  existsSync(lmdbAddon)
+    ? needs("bwrap")
+    : skipUnless(`lmdb's add-on is not installed here (${lmdbAddon})`),
+  () => {
+    test("lmdb finds its add-on in prebuilds/<platform>-<arch>/ beside the executable", async () => {
+      const dir = join(scratch, "lmdb");
+      const data = join(dir, "data");
+      mkdirSync(data, { recursive: true });
+      const built = await compile(
+        "./lmdb.ts",
+        join("lmdb", "app"),
+        "./workers/lmdb_worker.ts",
+      );
+      const elsewhere = join(scratch, "elsewhere-lmdb");
+      mkdirSync(elsewhere, { recursive: true });
+      // As reported (issue 28): its package.json is not on disk in the
+      // executable, so the add-on is not found by its package.
+      const without = await run([built, data], baseEnv(), 20_000, elsewhere);
+      assert.equal(without.code, 0, without.stderr);
+      assert.match(
+        (JSON.parse(without.stdout.trim()) as { error?: string }).error ?? "",
+        /WorkerStartError: .*No native build was found for .*abi=unsupported/,
+      );
+      // The documented fix: the add-on beside the executable, granted.
+      const prebuilds = join(
+        dir,
+        "prebuilds",
+        `${process.platform}-${process.arch}`,
+      );
+      mkdirSync(prebuilds, { recursive: true });
+      cpSync(lmdbAddon, join(prebuilds, "node.napi.glibc.node"));
+      const shipped = await run([built, data], baseEnv(), 20_000, elsewhere);
+      assert.equal(shipped.code, 0, shipped.stderr);
+      assert.deepEqual(JSON.parse(shipped.stdout.trim()), { value: "v" });
+    });
+  },
+);
+
 describe("AIRLOCK_SELF_EXEC=1 without compiling", () => {
   test("deno run: the program's entry runs again as the worker", async () => {
     const result = report(
