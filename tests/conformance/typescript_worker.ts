@@ -4,6 +4,7 @@
 import process from "node:process";
 import { defineWorker } from "../../worker.ts";
 import { PROCESS_ID } from "../fixtures/_process_id.ts";
+import { sleep } from "../fixtures/_sleep.ts";
 
 class CustomError extends Error {
   code: string;
@@ -20,17 +21,6 @@ function abortError(): Error {
   const error = new Error("The call was cancelled by the parent");
   error.name = "AbortError";
   return error;
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortError());
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
-      clearTimeout(timer);
-      reject(abortError());
-    }, { once: true });
-  });
 }
 
 let counter = 0;
@@ -53,7 +43,7 @@ export default defineWorker({
   },
   /** Returns `value` after `ms`; fails with AbortError when cancelled. */
   async delay(ms: number, value: unknown) {
-    await sleep(ms, this.signal);
+    await sleep(ms, this.signal, abortError);
     return value;
   },
   /** Never settles and ignores cancellation. */
