@@ -1,0 +1,44 @@
+// The fast tier: the protocol, unit and in-memory tests, which start no
+// worker process, run on Deno and then on Bun (`deno task test:fast`). The
+// list is written here once, for both runners. Plain Node.js, like
+// install.mjs.
+import { spawnSync } from "node:child_process";
+import process from "node:process";
+
+/** The fast tier's files and folders, relative to the repository root. */
+const FAST_TIER = [
+  "tests/protocol/",
+  "tests/runtime/permissions_test.ts",
+  "tests/runtime/command_test.ts",
+  "tests/runtime/sandbox_plan_test.ts",
+  "tests/runtime/confine_landlock_test.ts",
+  "tests/runtime/confine_seccomp_test.ts",
+  "tests/runtime/confine_backends_test.ts",
+  "tests/worker/define_worker_test.ts",
+  "tests/parent/pool_scheduling_test.ts",
+  "tests/parent/session_scheduling_test.ts",
+  "tests/parent/one_shot_scheduling_test.ts",
+  "tests/parent/stream_scheduling_test.ts",
+  "tests/testing/helpers_test.ts",
+];
+
+/** Runs one runner over the list; exits with its status when it fails. */
+function run(program, args) {
+  const result = spawnSync(program, args, { stdio: "inherit" });
+  if (result.error) {
+    process.stderr.write(
+      `test:fast: cannot run ${program}: ${result.error.message}\n`,
+    );
+    process.exit(1);
+  }
+  if (result.status !== 0) process.exit(result.status ?? 1);
+}
+
+run("node_modules/.bin/deno", ["test", "-A", ...FAST_TIER]);
+run("node_modules/.bin/bun", [
+  "test",
+  "--timeout",
+  "60000",
+  // Bun takes a path filter unless it starts with "./".
+  ...FAST_TIER.map((path) => `./${path}`),
+]);
