@@ -136,6 +136,7 @@ export class WorkerLog {
   readonly #strayDecoder = new TextDecoder();
   readonly #strayLines = new LineSplitter();
   #stderrReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  #quiet = false;
 
   /**
    * Creates the log of one worker.
@@ -204,6 +205,15 @@ export class WorkerLog {
     lines.end(emit);
   }
 
+  /**
+   * Keeps what the worker writes from now on out of the sink (it still
+   * reaches the tail): the test kit's deliberate crash, whose crash report
+   * (Bun's on SIGABRT, about 20 lines) is not the test's output.
+   */
+  quiet(): void {
+    this.#quiet = true;
+  }
+
   /** Stops reading stderr (output still held by a process that is gone). */
   cancelStderr(): void {
     this.#stderrReader?.cancel().catch(() => {});
@@ -214,6 +224,7 @@ export class WorkerLog {
   };
 
   #emit(line: string, stream: "stderr" | "stdout"): void {
+    if (this.#quiet) return;
     try {
       this.#sink(line, { ...this.#who(), stream });
     } catch {

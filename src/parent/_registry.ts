@@ -13,6 +13,8 @@ export interface RegisteredWorker {
   readonly pid: number;
   /** The worker module (or command), as in error messages. */
   readonly module: string;
+  /** Keeps its output from now on out of the log (the tail still has it). */
+  quietLog?(): void;
 }
 
 /** Each live worker, and whether its process runs on this machine. */

@@ -337,6 +337,11 @@ export class Connection {
     return this.#log.tail;
   }
 
+  /** Keeps the worker's output from now on out of the log (not the tail). */
+  quietLog(): void {
+    this.#log.quiet();
+  }
+
   /** Resident memory of the worker process in bytes, when it can be read. */
   rssBytes(): number | undefined {
     if (!this.#options.command.local) return undefined;

@@ -43,7 +43,9 @@ export interface CrashWorkerOptions {
   /**
    * The signal to send, by name. A signal the runtime handles does not end
    * the worker (Deno handles `SIGSEGV` and `SIGBUS` itself): use `SIGABRT`
-   * for a native crash.
+   * for a native crash. What the worker writes from the signal on (Bun's
+   * crash report, about 20 lines on `SIGABRT`) is kept out of its log
+   * (`onStderr`) and stays in the crash error's `stderrTail`.
    *
    * @default {"SIGKILL"}
    */
@@ -123,6 +125,9 @@ export async function crashWorker(
       `Cannot crash worker ${pid}: it runs through a launcher, and its pid is not a process of this machine`,
     );
   }
+  // What the runtime writes as it dies (Bun's crash report on SIGABRT) is
+  // not the test's output: kept in the error's stderrTail, not logged.
+  entry?.quietLog?.();
   signalProcess(pid, signal);
   if (entry !== undefined) await gone(entry, pid, timeoutMs);
   return pid;

@@ -31,6 +31,7 @@ import {
   isAlive,
   needsWorkers,
   rejection,
+  RUNTIME,
   until,
 } from "../_helpers.ts";
 
@@ -123,15 +124,24 @@ describe("stateDir()", () => {
 
 describe("fault injection", needsWorkers(), () => {
   test("crashWorker() kills a session's worker with the chosen signal; pending calls fail, the next runs on a new worker", async () => {
-    await using s = await session<typeof behaviour>(worker, captureLog());
+    const log = captureLog();
+    await using s = await session<typeof behaviour>(worker, log);
     const first = s.pid;
     const pending = s.call("hang", [], { timeoutMs: 60_000 });
     await s.add(0, 0);
+    const before = log.lines.length;
     const pid = await crashWorker(s, { signal: "SIGABRT" });
     assert.equal(pid, first);
     const error = await rejection(pending, WorkerCrashedError);
     assert.equal(error.signal, "SIGABRT");
     assert.equal(error.pid, first);
+    // Bun's crash report (about 20 lines) stays out of the log, in the tail.
+    assert.deepEqual(
+      log.lines.slice(before),
+      [],
+      "nothing logged after the signal",
+    );
+    if (RUNTIME === "bun") assert.match(error.stderrTail, /Bun has crashed/);
     assert.equal(isAlive(pid), false);
     assert.equal(await s.add(1, 1), 2);
     assert.notEqual(s.pid, first, "a new worker answers");
