@@ -150,7 +150,7 @@ function innerCommand(
       binary: resolved.path,
       runtime: undefined,
       codeMounts: () => ({
-        readOnly: commandMounts(resolved.path, rest),
+        readOnly: commandMounts(resolved.path, rest, input.cwd),
         listOnly: [],
       }),
       compiledDeno: false,
@@ -261,9 +261,15 @@ function innerCommand(
  * What a `command` worker reads besides its grants: the installation of its
  * program (`<prefix>` of `<prefix>/bin/<program>`, unless that is a system
  * prefix whose libraries are mounted anyway) and the project of every file
- * its arguments name (the script, a worker library).
+ * its arguments name (the script, a worker library). A relative argument
+ * names a file as the program will open it: against the worker's `cwd`
+ * (`["python3", "vendor/airlock_worker.py", "workers/db.py"]`).
  */
-function commandMounts(program: string, args: readonly string[]): string[] {
+function commandMounts(
+  program: string,
+  args: readonly string[],
+  cwd: string,
+): string[] {
   const mounts = new Set<string>();
   const bin = dirname(program);
   if (basename(bin) === "bin") {
@@ -271,9 +277,10 @@ function commandMounts(program: string, args: readonly string[]): string[] {
     if (!["/", "/usr", "/usr/local"].includes(prefix)) mounts.add(prefix);
   }
   for (const arg of args) {
-    if (!isAbsolute(arg)) continue;
+    if (arg === "" || arg.startsWith("-")) continue;
+    const path = isAbsolute(arg) ? arg : join(cwd, arg);
     try {
-      if (statSync(arg).isFile()) mounts.add(projectRoot(dirname(arg)));
+      if (statSync(path).isFile()) mounts.add(projectRoot(dirname(path)));
     } catch {
       // Not a file: an argument like any other.
     }
