@@ -235,6 +235,7 @@ class Call implements PendingCall {
   dueFrom = 0;
   writtenSeq = -1;
   mayHaveRun = false;
+  plain = false;
   hook: SettleHook | undefined = undefined;
   prevUnsettled: PendingCall | undefined = undefined;
   nextUnsettled: PendingCall | undefined = undefined;

@@ -138,6 +138,8 @@ export async function runSetup(
       ? 0
       : Math.max(1, options.startTimeoutMs - (Date.now() - since));
     const call = createCall(op, args, left, undefined, false);
+    // A setup call is answered with a value, never a stream.
+    call.plain = true;
     conn.send(call);
     try {
       await call.promise;

@@ -61,6 +61,18 @@ export interface StreamableCall {
   awaited?: boolean;
 }
 
+/**
+ * Most values a stream awaited as a whole collects (`call()`, or a handle
+ * that is awaited): past it the call is refused (a `ProtocolError`) and
+ * cancelled in the worker. Iterating the stream holds at most its window.
+ */
+export const COLLECT_MAX_ITEMS = 1_000_000;
+/**
+ * Most payload bytes (as received, `items` messages' heads and attachments)
+ * a stream awaited as a whole collects: 64 MiB, refused past it as above.
+ */
+export const COLLECT_MAX_BYTES: number = 64 * 1024 * 1024;
+
 /** Defaults of the stream fields, for records made without call options. */
 export const DEFAULT_WINDOW: { items: number; bytes: number } = {
   items: DEFAULT_STREAM_WINDOW_ITEMS,
@@ -94,6 +106,8 @@ export class StreamState {
   #releasedBytes = 0;
   /** When awaited as a whole: every value goes here at once. */
   #collected: unknown[] | undefined;
+  /** Payload bytes of the values collected. */
+  #collectedBytes = 0;
   /** Wakes a consumer waiting for a value. */
   #wake: (() => void) | undefined;
   /** Whether the call is over: no credit is owed any more. */
@@ -120,9 +134,16 @@ export class StreamState {
    * @param values Its values.
    * @param bytes Its payload bytes.
    * @param carrier The connection it came on.
+   * @returns `undefined`, or the refusal of a stream awaited as a whole that
+   *   passed {@linkcode COLLECT_MAX_ITEMS} or {@linkcode COLLECT_MAX_BYTES}
+   *   (the caller cancels the call with it; the values are dropped).
    * @throws {ProtocolError} when the worker sent past its window.
    */
-  receive(values: unknown[], bytes: number, carrier: StreamCarrier): void {
+  receive(
+    values: unknown[],
+    bytes: number,
+    carrier: StreamCarrier,
+  ): ProtocolError | undefined {
     const call = this.#call;
     if (
       this.#inFlightItems >= call.windowItems ||
@@ -142,18 +163,31 @@ export class StreamState {
     this.#inFlightItems += values.length;
     this.#inFlightBytes += bytes;
     if (this.#collected) {
+      this.#collectedBytes += bytes;
+      if (
+        this.#collected.length + values.length > COLLECT_MAX_ITEMS ||
+        this.#collectedBytes > COLLECT_MAX_BYTES
+      ) {
+        const count = this.#collected.length + values.length;
+        this.#collected = [];
+        this.#closed = true;
+        return new ProtocolError(
+          `Cannot collect call "${call.op}" (id ${call.id}): the stream awaited as a whole passed ${COLLECT_MAX_ITEMS} values or ${COLLECT_MAX_BYTES} bytes (${count} values, ${this.#collectedBytes} bytes); iterate it with for await, which holds at most its window`,
+        );
+      }
       for (const value of values) this.#collected.push(value);
       this.#takenItems += values.length;
       this.#releasedBytes += bytes;
       // Taken at once: the wait for the next value starts now.
       carrier.holdDeadline(call.id, false);
       this.#maybeCredit();
-      return;
+      return undefined;
     }
     if (this.held === 0) carrier.holdDeadline(call.id, true);
     for (const value of values) this.#values.push(value);
     this.#messages.push({ left: values.length, bytes });
     this.#wakeConsumer();
+    return undefined;
   }
 
   /**
@@ -197,6 +231,10 @@ export class StreamState {
   collect(): unknown[] {
     if (this.#collected) return this.#collected;
     const collected: unknown[] = [];
+    // The values held count toward the bound (at most a window of them).
+    for (let m = this.#messageHead; m < this.#messages.length; m++) {
+      this.#collectedBytes += this.#messages[m]?.bytes ?? 0;
+    }
     for (let item = this.take(); item; item = this.take()) {
       collected.push(item.value);
     }

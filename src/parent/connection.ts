@@ -131,6 +131,11 @@ export interface CallRecord extends StreamableCall {
    * no longer running (`settle: "stopped"`).
    */
   readonly settleStopped: boolean;
+  /**
+   * Whether it must be answered with a value (a `setup` call): `items` for
+   * it is a protocol error.
+   */
+  plain?: boolean;
 }
 
 /** What a connection tells its owner. */
@@ -946,8 +951,23 @@ export class Connection {
       case "items": {
         // Values of a call that timed out or was cancelled are dropped.
         const call = this.#pending.get(message.id);
-        if (call) {
-          streamOf(call).receive(message.values, payloadBytes, this.#carrier);
+        if (!call) return;
+        if (call.plain) {
+          throw new ProtocolError(
+            `Cannot read message: "items" for call "${call.op}" (id ${call.id}), which must be answered with a value`,
+          );
+        }
+        const refused = streamOf(call).receive(
+          message.values,
+          payloadBytes,
+          this.#carrier,
+        );
+        if (refused !== undefined) {
+          this.#abandon(
+            call,
+            new ProtocolError(refused.message, { module: this.module }),
+            "refused",
+          );
         }
         return;
       }

@@ -49,7 +49,8 @@ export type ResultOf<F> = F extends (...args: never[]) => infer R
 /**
  * A call to a streaming op: its values one by one with `for await`
  * (back-pressured, ended early by `break`), or all of them in an array when
- * awaited.
+ * awaited (at most 1,000,000 values or 64 MiB: past that the call is
+ * cancelled and rejects with a `ProtocolError`, docs/streaming.md).
  */
 export type StreamCall<I> = AsyncIterable<I> & PromiseLike<I[]> & {
   /** Like `Promise.prototype.catch`. */
