@@ -21,13 +21,18 @@ const KILL = "kill";
  */
 function run(
   program: Uint8Array,
-  call: { arch: number; nr: number; arg0?: number },
+  call: { arch: number; nr: number; arg0?: number; args?: number[] },
 ): string {
   const view = new DataView(program.buffer, program.byteOffset);
   const data = new DataView(new ArrayBuffer(64));
   data.setUint32(0, call.nr, true);
   data.setUint32(4, call.arch, true);
-  data.setUint32(16, call.arg0 ?? 0, true);
+  const args = call.args ?? [call.arg0 ?? 0];
+  // Each argument is 64 bits; a value past 32 bits sets the high word.
+  args.forEach((value, index) => {
+    data.setUint32(16 + 8 * index, value % 2 ** 32, true);
+    data.setUint32(20 + 8 * index, Math.floor(value / 2 ** 32), true);
+  });
   let acc = 0;
   for (let pc = 0; pc < program.byteLength / 8;) {
     const at = pc * 8;
@@ -48,6 +53,10 @@ function run(
         break;
       case 0x45:
         pc += 1 + ((acc & k) !== 0 ? jt : jf);
+        break;
+      case 0x54:
+        acc = (acc & k) >>> 0;
+        pc++;
         break;
       case 0x06:
         if (k === 0x7fff0000) return ALLOW;
@@ -147,15 +156,120 @@ describe("seccompFilter()", () => {
     assert.equal(run(x86(), { arch: X86_64, nr: 53, arg0: 1 }), ALLOW);
   });
 
-  test("seccompFilter() with net scopes refuses unix sockets only", () => {
-    assert.equal(run(x86(PORTS), { arch: X86_64, nr: 41, arg0: 1 }), "errno 1");
-    assert.equal(run(x86(PORTS), { arch: X86_64, nr: 41, arg0: 2 }), ALLOW);
-    assert.equal(run(x86(PORTS), { arch: X86_64, nr: 41, arg0: 10 }), ALLOW);
+  test("seccompFilter() with net scopes allows TCP stream sockets only", () => {
+    const STREAM = 1;
+    const FLAGS = 0o4000 | 0o2000000; // SOCK_NONBLOCK | SOCK_CLOEXEC
+    for (
+      const [filter, arch, nr] of [[x86(PORTS), X86_64, 41], [
+        arm(PORTS),
+        AARCH64,
+        198,
+      ]] as const
+    ) {
+      const socket = (family: number, type: number, protocol: number) =>
+        run(filter, { arch, nr, args: [family, type, protocol] });
+      assert.equal(socket(2, STREAM, 0), ALLOW);
+      assert.equal(socket(10, STREAM | FLAGS, 6), ALLOW);
+      assert.equal(socket(2, STREAM, 262), "errno 1", "MPTCP");
+      assert.equal(socket(10, STREAM, 262), "errno 1", "MPTCP over IPv6");
+      assert.equal(socket(2, STREAM, 132), "errno 1", "SCTP");
+      assert.equal(socket(2, 5, 132), "errno 1", "SCTP seqpacket");
+      assert.equal(socket(2, 2, 0), "errno 1", "UDP");
+      assert.equal(socket(2, 3, 1), "errno 1", "raw");
+      assert.equal(socket(1, STREAM, 0), "errno 1", "unix");
+      assert.equal(socket(16, 3, 0), "errno 1", "netlink");
+      assert.equal(socket(17, 3, 0), "errno 1", "packet");
+      assert.equal(socket(43, STREAM, 0), "errno 1", "SMC");
+    }
+  });
+
+  test("seccompFilter() with net scopes refuses TCP Fast Open (sendto, sendmsg, sendmmsg with MSG_FASTOPEN)", () => {
+    const FASTOPEN = 0x20000000;
+    const calls = [
+      [x86(PORTS), X86_64, 44, 3],
+      [x86(PORTS), X86_64, 46, 2],
+      [x86(PORTS), X86_64, 307, 3],
+      [arm(PORTS), AARCH64, 206, 3],
+      [arm(PORTS), AARCH64, 211, 2],
+      [arm(PORTS), AARCH64, 269, 3],
+    ] as const;
+    for (const [filter, arch, nr, flagsArg] of calls) {
+      const send = (flags: number) => {
+        const args = [3, 0, 0, 0];
+        args[flagsArg] = flags;
+        return run(filter, { arch, nr, args });
+      };
+      assert.equal(send(FASTOPEN), "errno 1", `${nr}`);
+      assert.equal(send(FASTOPEN | 0x40), "errno 1", `${nr}`);
+      assert.equal(send(0x4000), ALLOW, `${nr} MSG_NOSIGNAL`);
+    }
+    // Without net there is no socket to send on; with net: true, no check.
+    const flags = [3, 0, 0, FASTOPEN];
     assert.equal(
-      run(arm(PORTS), { arch: AARCH64, nr: 198, arg0: 1 }),
+      run(x86(ALL_NET), { arch: X86_64, nr: 44, args: flags }),
+      ALLOW,
+    );
+  });
+
+  test("seccompFilter() with pathMetadata refuses path-based chmod, chown, utimes and xattr calls", () => {
+    const alone = seccompFilter(NOTHING, {
+      arch: "x86_64",
+      pathMetadata: true,
+    });
+    const aloneArm = seccompFilter(NOTHING, {
+      arch: "aarch64",
+      pathMetadata: true,
+    });
+    // chmod fchmodat fchmodat2 chown lchown fchownat utime utimes futimesat
+    // setxattr lsetxattr removexattr lremovexattr setxattrat removexattrat
+    for (
+      const nr of [
+        90,
+        268,
+        452,
+        92,
+        94,
+        260,
+        132,
+        235,
+        261,
+        188,
+        189,
+        197,
+        198,
+        463,
+        466,
+      ]
+    ) {
+      assert.equal(run(alone, { arch: X86_64, nr }), "errno 1", `${nr}`);
+      assert.equal(
+        run(x86(), { arch: X86_64, nr }),
+        ALLOW,
+        `${nr} with bubblewrap`,
+      );
+    }
+    for (const nr of [53, 452, 54, 5, 6, 14, 15]) {
+      assert.equal(run(aloneArm, { arch: AARCH64, nr }), "errno 1", `${nr}`);
+    }
+    // The descriptor forms stay: fchmod, fchown, fsetxattr, futimens.
+    for (const nr of [91, 93, 190]) {
+      assert.equal(run(alone, { arch: X86_64, nr }), ALLOW, `${nr}`);
+    }
+    // utimensat: refused with a path, allowed with NULL (futimens).
+    assert.equal(run(alone, { arch: X86_64, nr: 280, args: [3, 0] }), ALLOW);
+    assert.equal(
+      run(alone, { arch: X86_64, nr: 280, args: [3, 0x1000] }),
       "errno 1",
     );
-    assert.equal(run(arm(PORTS), { arch: AARCH64, nr: 198, arg0: 2 }), ALLOW);
+    assert.equal(
+      run(alone, { arch: X86_64, nr: 280, args: [3, 2 ** 40] }),
+      "errno 1",
+    );
+    assert.equal(run(aloneArm, { arch: AARCH64, nr: 88, args: [3, 0] }), ALLOW);
+    assert.equal(
+      run(aloneArm, { arch: AARCH64, nr: 88, args: [-100 >>> 0, 0x1000] }),
+      "errno 1",
+    );
   });
 
   test("seccompFilter() with net: true leaves sockets alone", () => {
@@ -195,7 +309,12 @@ describe("seccompDenials()", () => {
       new URL("../../docs/permissions.md", import.meta.url),
       "utf8",
     );
-    for (const denial of seccompDenials(NOTHING)) {
+    for (
+      const denial of [
+        ...seccompDenials(NOTHING),
+        ...seccompDenials(PORTS, { pathMetadata: true }),
+      ]
+    ) {
       assert.ok(docs.includes(`\`${denial.name}\``), denial.name);
     }
   });
@@ -216,7 +335,7 @@ describe("seccompDenials()", () => {
     const socket = (permissions: typeof NOTHING) =>
       seccompDenials(permissions).find((denial) => denial.name === "socket");
     assert.equal(socket(NOTHING)?.when, "always");
-    assert.match(socket(PORTS)?.when ?? "", /AF_UNIX/);
+    assert.match(socket(PORTS)?.when ?? "", /TCP stream/);
     assert.equal(socket(ALL_NET), undefined);
   });
 });

@@ -1,63 +1,109 @@
 // Attack class: changing the metadata of files outside the grants (mode,
-// times, owner). A worker with nothing granted, run by the file's owner,
-// made a file outside its grants world-readable (chmod 0666) and reset its
-// times: under bubblewrap the path is not there; under Landlock alone it is
-// not covered (Landlock checks no chmod, utimes or chown), so it succeeds.
-// As root that reaches every root-owned file (/etc/shadow 0666, a setuid
-// bit on a root-owned program): the test pins what holds and names the gap.
+// times, owner, extended attributes; issue 24 item 5). A worker, run by the
+// file's owner, made a file outside its grants world-readable (chmod 0666)
+// and reset its times: under bubblewrap the path is not there (or is a
+// read-only mount); under Landlock alone 0.2 let it through (Landlock checks
+// no chmod, utimes, chown or setxattr), and as root that reaches every
+// root-owned file (/etc/shadow 0666). Now, where Landlock is alone, the
+// seccomp filter refuses the path-based calls (chmod, fchmodat, fchmodat2,
+// chown, lchown, fchownat, utime, utimes, futimesat, utimensat with a path,
+// the setxattr and removexattr family): a worker changes metadata only
+// through a descriptor, which Landlock gives only on its grants. Native
+// code through the FFI. Runs with bubblewrap and Landlock, and (second CI
+// pass) with Landlock alone.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { chmodSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
 import {
   captureLog,
   checkNoLeaks,
   fixture,
-  hasTool,
+  RUNTIME,
   scratchDir,
 } from "../_helpers.ts";
 import { sandboxSkip } from "./_sandbox.ts";
+import { NATIVE_PRELUDE } from "./_native.ts";
 
 checkNoLeaks();
 
 const worker = fixture("security/eval_worker.ts");
 const SKIP = sandboxSkip();
 
+/** chmod, chown, utimes and setxattr on `arg`, natively (the FFI). */
+const CHANGE = `${NATIVE_PRELUDE}
+const path = cstr(arg);
+const done = [];
+if (sys("chmod", path, 0o666).result === 0) done.push("chmod");
+if (sys("chown", path, 12345, 12345).result === 0) done.push("chown");
+const value = cstr("x");
+if (sys("setxattr", path, cstr("user.airlock"), value, 1n, 0).result === 0) {
+  done.push("setxattr");
+}
+try {
+  fs.utimesSync(arg, 1, 1);
+  done.push("utimes");
+} catch {
+  // refused
+}
+return done;`;
+
+/** The same through descriptors the worker opened (its grants only). */
+const CHANGE_OWN = `
+const fd = fs.openSync(arg, "r+");
+fs.fchmodSync(fd, 0o640);
+fs.futimesSync(fd, 2, 2);
+fs.closeSync(fd);
+return fs.statSync(arg).mode & 0o777;`;
+
+function options(permissions: Record<string, unknown>) {
+  return {
+    ...captureLog(),
+    runtime: RUNTIME,
+    // Deno's own flags refuse chmod without a write grant; native code is
+    // what the OS sandbox alone must stop.
+    permissions: RUNTIME === "deno"
+      ? { ...permissions, ffi: true }
+      : permissions,
+  };
+}
+
 describe("metadata outside the grants", { skip: SKIP }, () => {
-  for (const runtime of ["bun", "deno"] as const) {
-    test(
-      `a ${runtime} worker with nothing granted cannot chmod or touch a file outside its grants`,
-      {
-        todo: hasTool("bwrap")
-          ? undefined
-          : "open under Landlock alone: Landlock does not check chmod, utimes or chown; fix: the seccomp filter refuses the path-based calls (chmod, fchmodat, fchmodat2, chown, lchown, fchownat, utimes, utimensat, setxattr family) where bubblewrap is not there",
-      },
-      async () => {
-        using dir = scratchDir("metadata");
-        const secret = dir.join("secret.txt");
-        writeFileSync(secret, "secret");
-        chmodSync(secret, 0o600);
-        const before = statSync(secret);
-        await using s = await session<typeof evaluate>(worker, {
-          ...captureLog(),
-          runtime,
-          // Deno's own flags refuse chmod without a write grant; native code
-          // is what the OS sandbox alone must stop.
-          permissions: runtime === "deno" ? { ffi: true } : {},
-        });
-        const code = runtime === "bun"
-          ? "fs.chmodSync(arg, 0o666); fs.utimesSync(arg, 1, 1); return 'changed'"
-          : `const libc = Deno.dlopen("libc.so.6", {
-             chmod: { parameters: ["buffer", "u32"], result: "i32" },
-           });
-           const result = libc.symbols.chmod(new TextEncoder().encode(arg + "\\0"), 0o666);
-           return result === 0 ? "changed" : "refused";`;
-        const outcome = await s.run(code, secret);
-        const after = statSync(secret);
-        assert.equal(after.mode & 0o777, 0o600, JSON.stringify(outcome));
-        assert.equal(after.mtimeMs, before.mtimeMs);
-      },
+  test(`a ${RUNTIME} worker cannot chmod, chown, touch or setxattr a file outside its write grants`, async () => {
+    using dir = scratchDir("metadata");
+    const outside = dir.join("secret.txt");
+    const readable = dir.join("read", "r.txt");
+    mkdirSync(dir.join("read"));
+    for (const file of [outside, readable]) {
+      writeFileSync(file, "secret");
+      chmodSync(file, 0o600);
+    }
+    const before = [outside, readable].map((file) => statSync(file));
+    await using s = await session<typeof evaluate>(
+      worker,
+      options({ read: [dir.join("read")] }),
     );
-  }
+    for (const [index, file] of [outside, readable].entries()) {
+      const outcome = await s.run(CHANGE, file);
+      assert.deepEqual(outcome, { ok: true, value: [] }, file);
+      const after = statSync(file);
+      assert.equal(after.mode & 0o777, 0o600);
+      assert.equal(after.uid, before[index]?.uid);
+      assert.equal(after.mtimeMs, before[index]?.mtimeMs);
+    }
+  });
+
+  test(`a ${RUNTIME} worker changes the metadata of a file in its write grant through a descriptor`, async () => {
+    using dir = scratchDir("metadata-own");
+    const own = dir.join("own.txt");
+    writeFileSync(own, "mine");
+    chmodSync(own, 0o600);
+    await using s = await session<typeof evaluate>(
+      worker,
+      options({ read: [dir.path], write: [dir.path] }),
+    );
+    assert.deepEqual(await s.run(CHANGE_OWN, own), { ok: true, value: 0o640 });
+    assert.equal(statSync(own).mtimeMs, 2000);
+  });
 });

@@ -105,6 +105,13 @@ export interface ConfineSpecOptions {
   landlockAbi: number;
   /** Whether to install the seccomp filter. */
   seccomp: boolean;
+  /**
+   * Whether the filter refuses the path-based metadata calls (where
+   * Landlock is the only backend: see `SeccompFilterOptions.pathMetadata`).
+   *
+   * @default {false}
+   */
+  pathMetadata?: boolean;
   /** The worker's resolved permissions. */
   permissions: ResolvedPermissions;
   /** Programs and installations the worker runs from (read and execute). */
@@ -178,9 +185,12 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
       })
       : null,
     seccomp: options.seccomp && arch !== undefined
-      ? Buffer.from(seccompFilter(options.permissions, { arch })).toString(
-        "base64",
-      )
+      ? Buffer.from(
+        seccompFilter(options.permissions, {
+          arch,
+          pathMetadata: options.pathMetadata === true,
+        }),
+      ).toString("base64")
       : "",
     argv: [...options.argv],
     env: { ...options.env },

@@ -32,6 +32,14 @@ export interface LandlockWrapperOptions {
   /** The worker's working directory. */
   cwd: string;
   /**
+   * Whether Landlock is the only backend (no bubblewrap around it): the
+   * seccomp filter then also refuses the path-based metadata calls, which
+   * Landlock does not check.
+   *
+   * @default {false}
+   */
+  alone?: boolean;
+  /**
    * Programs and installations the worker runs from, readable and
    * executable: the runtime binary, or a command's program and its prefix.
    */
@@ -118,6 +126,7 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
       const spec = confineSpec({
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,
+        pathMetadata: options.alone === true,
         permissions: options.permissions,
         executables: options.executables,
         readOnly: inner.readOnly,

@@ -6,9 +6,12 @@
  * past a filter), kernel keyrings, BPF, perf, `userfaultfd`, new namespaces
  * and mounts, module loading, System V IPC and POSIX message queues (the
  * host's, where there is no IPC namespace), and sockets the grants do not
- * cover (no socket at all without `net`; no unix socket unless `net` is
- * `true`). Everything else is allowed; a call of another architecture
- * (32-bit `int 0x80`, x32) kills the process.
+ * name (no socket at all without `net`; with `net` scopes only TCP stream
+ * sockets, and no TCP Fast Open, which connects past Landlock's port rules;
+ * everything with `net: true`). Where Landlock is the only backend, also
+ * the path-based metadata calls (chmod, chown, utimes, setxattr…), which
+ * Landlock does not check. Everything else is allowed; a call of another
+ * architecture (32-bit `int 0x80`, x32) kills the process.
  *
  * Pure: the same grants give the same bytes. Bubblewrap takes them with
  * `--seccomp FD`; the confine step installs them itself (see `step.ts`).
@@ -35,13 +38,16 @@ export interface SeccompDenial {
 /** `struct seccomp_data` offsets. */
 const DATA_NR = 0;
 const DATA_ARCH = 4;
-const DATA_ARG0 = 16; // low 32 bits (little-endian on both architectures)
+/** Argument `n`'s low 32 bits (little-endian on both architectures). */
+const dataArg = (n: number): number => 16 + 8 * n;
+const DATA_ARG0 = dataArg(0);
 
 /** BPF opcodes. */
 const LD_W_ABS = 0x20;
 const JEQ_K = 0x15;
 const JGE_K = 0x35;
 const JSET_K = 0x45;
+const AND_K = 0x54;
 const RET_K = 0x06;
 
 const RET_ALLOW = 0x7fff0000;
@@ -58,8 +64,19 @@ const AUDIT_ARCH: Record<SeccompArch, number> = {
 /** x86_64 system calls with this bit set are the x32 ABI. */
 const X32_SYSCALL_BIT = 0x40000000;
 
-/** `AF_UNIX`, the first argument of `socket()` for unix sockets. */
-const AF_UNIX = 1;
+/** The socket families a `net` scope names: TCP over IPv4 and IPv6. */
+const AF_INET = 2;
+const AF_INET6 = 10;
+/** `SOCK_STREAM`, and the mask of the type without its flags. */
+const SOCK_STREAM = 1;
+const SOCK_TYPE_MASK = 0xf;
+/** `IPPROTO_TCP`: with 0 (the family's default, TCP), the only protocol allowed. */
+const IPPROTO_TCP = 6;
+/**
+ * `MSG_FASTOPEN`: `sendto`/`sendmsg` with it connects a TCP socket without
+ * `connect()`, and Landlock's port rules check only `connect()` and `bind()`.
+ */
+const MSG_FASTOPEN = 0x20000000;
 
 /**
  * `clone()` flags that make a new namespace (`CLONE_NEWNS`, `NEWCGROUP`,
@@ -138,6 +155,41 @@ const ALWAYS_DENIED: ReadonlyArray<
 ];
 
 const SOCKET: Record<SeccompArch, number> = { "x86_64": 41, aarch64: 198 };
+/** The calls that send with flags, and which argument holds them. */
+const SEND_FLAGS: ReadonlyArray<
+  readonly [name: string, x8664: number, aarch64: number, flagsArg: number]
+> = [
+  ["sendto", 44, 206, 3],
+  ["sendmsg", 46, 211, 2],
+  ["sendmmsg", 307, 269, 3],
+];
+
+/**
+ * The metadata calls that take a path (or, with `AT_EMPTY_PATH`, an
+ * `O_PATH` descriptor, which opens without Landlock's checks): refused where
+ * Landlock is alone. `utimensat` is refused only with a path (a `NULL` path
+ * is `futimens` on a descriptor the worker opened).
+ */
+const PATH_METADATA: ReadonlyArray<
+  readonly [name: string, x8664: number | null, aarch64: number | null]
+> = [
+  ["chmod", 90, null],
+  ["fchmodat", 268, 53],
+  ["fchmodat2", 452, 452],
+  ["chown", 92, null],
+  ["lchown", 94, null],
+  ["fchownat", 260, 54],
+  ["utime", 132, null],
+  ["utimes", 235, null],
+  ["futimesat", 261, null],
+  ["setxattr", 188, 5],
+  ["lsetxattr", 189, 6],
+  ["removexattr", 197, 14],
+  ["lremovexattr", 198, 15],
+  ["setxattrat", 463, 463],
+  ["removexattrat", 466, 466],
+];
+const UTIMENSAT: Record<SeccompArch, number> = { "x86_64": 280, aarch64: 88 };
 const CLONE: Record<SeccompArch, number> = { "x86_64": 56, aarch64: 220 };
 const CLONE3 = 435;
 
@@ -149,6 +201,15 @@ export interface SeccompFilterOptions {
    * @default {the running process's (`process.arch`: x64 or arm64)}
    */
   arch?: SeccompArch;
+  /**
+   * Whether to refuse the path-based metadata calls (`chmod`, `chown`,
+   * `utimes` with a path, the `setxattr` family): where Landlock is the
+   * only backend (it checks none of them); bubblewrap shows a worker only
+   * its grants, read grants read-only.
+   *
+   * @default {false}
+   */
+  pathMetadata?: boolean;
 }
 
 /**
@@ -169,6 +230,7 @@ export function seccompArch(nodeArch: string): SeccompArch | undefined {
  *
  * @param permissions The worker's resolved permissions (`net` decides the
  * socket rule).
+ * @param options Whether the path-based metadata calls are refused.
  * @returns One entry per refused system call.
  *
  * @example
@@ -184,6 +246,7 @@ export function seccompArch(nodeArch: string): SeccompArch | undefined {
  */
 export function seccompDenials(
   permissions: ResolvedPermissions,
+  options: Pick<SeccompFilterOptions, "pathMetadata"> = {},
 ): SeccompDenial[] {
   const list: SeccompDenial[] = ALWAYS_DENIED.map(([name]) => ({
     name,
@@ -193,12 +256,26 @@ export function seccompDenials(
   const socket = socketRule(permissions);
   if (socket === "none") {
     list.push({ name: "socket", errno: "EPERM", when: "always" });
-  } else if (socket === "no-unix") {
+  } else if (socket === "tcp") {
     list.push({
       name: "socket",
       errno: "EPERM",
-      when: "for AF_UNIX (unix sockets)",
+      when:
+        "but for TCP stream sockets (AF_INET, AF_INET6; protocol 0 or IPPROTO_TCP)",
     });
+    for (const [name] of SEND_FLAGS) {
+      list.push({ name, errno: "EPERM", when: "with MSG_FASTOPEN" });
+    }
+  }
+  if (options.pathMetadata === true) {
+    for (const [name, x8664] of PATH_METADATA) {
+      list.push({
+        name,
+        errno: "EPERM",
+        when: x8664 === null ? "always (x86_64)" : "always",
+      });
+    }
+    list.push({ name: "utimensat", errno: "EPERM", when: "with a path" });
   }
   list.push(
     {
@@ -222,13 +299,17 @@ export function seccompDenials(
  *
  * Sockets: without `net`, `socket()` fails for every family (bubblewrap's
  * empty network namespace and Landlock's TCP rules are then backed by a
- * refusal of UDP and raw sockets too); with `net` scopes, only unix sockets
- * are refused (Landlock restricts the TCP ports); with `net: true`, sockets
- * are not filtered. `socketpair()` is always allowed: its sockets reach
- * nothing outside the process.
+ * refusal of UDP and raw sockets too); with `net` scopes, only TCP stream
+ * sockets are allowed (`AF_INET`, `AF_INET6`, protocol 0 or `IPPROTO_TCP`:
+ * Landlock's port rules cover no other protocol, MPTCP and SCTP included),
+ * and sending with `MSG_FASTOPEN` is refused (it connects without
+ * `connect()`, which Landlock checks); with `net: true`, sockets are not
+ * filtered. `socketpair()` is always allowed: its sockets reach nothing
+ * outside the process.
  *
  * @param permissions The worker's resolved permissions.
- * @param options The architecture.
+ * @param options The architecture, and whether to refuse the path-based
+ *   metadata calls.
  * @returns The program's bytes.
  * @throws {RangeError} when the architecture is not one the filter knows.
  *
@@ -287,12 +368,45 @@ export function seccompFilter(
   if (socket === "none") {
     emit(JEQ_K, 0, 1, SOCKET[arch]);
     deny(EPERM);
-  } else if (socket === "no-unix") {
-    emit(JEQ_K, 0, 4, SOCKET[arch]);
+  } else if (socket === "tcp") {
+    // socket(family, type, protocol): AF_INET or AF_INET6, SOCK_STREAM
+    // (with any of its flags), protocol 0 or IPPROTO_TCP; else EPERM.
+    emit(JEQ_K, 0, 11, SOCKET[arch]);
     emit(LD_W_ABS, 0, 0, DATA_ARG0);
-    emit(JEQ_K, 0, 1, AF_UNIX);
+    emit(JEQ_K, 1, 0, AF_INET);
+    emit(JEQ_K, 0, 6, AF_INET6);
+    emit(LD_W_ABS, 0, 0, dataArg(1));
+    emit(AND_K, 0, 0, SOCK_TYPE_MASK);
+    emit(JEQ_K, 0, 3, SOCK_STREAM);
+    emit(LD_W_ABS, 0, 0, dataArg(2));
+    emit(JEQ_K, 2, 0, 0);
+    emit(JEQ_K, 1, 0, IPPROTO_TCP);
     deny(EPERM);
     emit(RET_K, 0, 0, RET_ALLOW);
+    // TCP Fast Open connects without connect(): past Landlock's port rules.
+    for (const [, x8664, aarch64, flagsArg] of SEND_FLAGS) {
+      emit(JEQ_K, 0, 4, arch === "x86_64" ? x8664 : aarch64);
+      emit(LD_W_ABS, 0, 0, dataArg(flagsArg));
+      emit(JSET_K, 0, 1, MSG_FASTOPEN);
+      deny(EPERM);
+      emit(RET_K, 0, 0, RET_ALLOW);
+    }
+  }
+  if (options.pathMetadata === true) {
+    for (const [, x8664, aarch64] of PATH_METADATA) {
+      const nr = arch === "x86_64" ? x8664 : aarch64;
+      if (nr === null) continue;
+      emit(JEQ_K, 0, 1, nr);
+      deny(EPERM);
+    }
+    // utimensat(dirfd, path, times, flags): refused unless path is NULL.
+    emit(JEQ_K, 0, 6, UTIMENSAT[arch]);
+    emit(LD_W_ABS, 0, 0, dataArg(1));
+    emit(JEQ_K, 0, 3, 0);
+    emit(LD_W_ABS, 0, 0, dataArg(1) + 4);
+    emit(JEQ_K, 0, 1, 0);
+    emit(RET_K, 0, 0, RET_ALLOW);
+    deny(EPERM);
   }
   emit(RET_K, 0, 0, RET_ALLOW);
 
@@ -308,11 +422,11 @@ export function seccompFilter(
   return bytes;
 }
 
-/** Which sockets the grants allow: none, all but unix sockets, or all. */
+/** Which sockets the grants allow: none, TCP stream sockets, or all. */
 function socketRule(
   permissions: ResolvedPermissions,
-): "none" | "no-unix" | "all" {
+): "none" | "tcp" | "all" {
   const net = permissions.net;
   if (net === true) return "all";
-  return net.length === 0 ? "none" : "no-unix";
+  return net.length === 0 ? "none" : "tcp";
 }

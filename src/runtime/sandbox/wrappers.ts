@@ -77,6 +77,7 @@ export function sandboxWrappers(
         ? { ...permissions, write: [...write, codeCache.scratch] }
         : permissions,
       cwd: options.cwd,
+      alone: plan.bwrap === undefined,
       executables: [options.binary],
       stepEnv: plan.step.stepEnv,
     }));
