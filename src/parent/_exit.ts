@@ -7,7 +7,11 @@
  * @module
  */
 
-import { type ProtocolError, WorkerCrashedError } from "../errors.ts";
+import {
+  type LimitBreach,
+  type ProtocolError,
+  WorkerCrashedError,
+} from "../errors.ts";
 
 /** How a connection ended. */
 export interface ConnectionExit {
@@ -25,6 +29,8 @@ export interface ConnectionExit {
   pid: number;
   /** A protocol violation that ended it, if any. */
   protocolError: ProtocolError | undefined;
+  /** The limit at which the kernel ended it, if one did (see `limits`). */
+  limit: LimitBreach | undefined;
 }
 
 /** A frame the worker began and never finished. */
@@ -92,6 +98,7 @@ export function crashError(
     reason: exit.protocolError
       ? `the worker broke the protocol (${exit.protocolError.message})`
       : exit.reason,
+    limit: exit.limit,
     ...(exit.protocolError ? { cause: exit.protocolError } : {}),
   });
 }

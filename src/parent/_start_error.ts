@@ -72,7 +72,11 @@ export function startError(
   return new WorkerStartError({
     ...base,
     failure: "exited",
-    detail: `${exit.reason ?? "the process ended before it was ready"}${cut}`,
+    detail: `${
+      exit.limit === undefined
+        ? exit.reason ?? "the process ended before it was ready"
+        : `the kernel ended it at limits.${exit.limit} before it was ready (raise the limit)`
+    }${cut}`,
   });
 }
 

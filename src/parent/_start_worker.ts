@@ -167,15 +167,18 @@ export async function startWorker(
     options,
     adapter,
   );
-  if (
-    !(await warmUpCodeCache(
-      options,
-      adapter,
-      first,
-      options.startTimeoutMs,
-      signal,
-    ))
-  ) {
+  const warmed = await warmUpCodeCache(
+    options,
+    adapter,
+    first,
+    options.startTimeoutMs,
+    signal,
+  ).catch((error: unknown) => {
+    first?.limits?.release();
+    throw error;
+  });
+  if (!warmed) {
+    first.limits?.release();
     // A module that hangs at import (or a machine too loaded): the worker
     // would not be ready either.
     throw new WorkerTimeoutError({

@@ -30,6 +30,10 @@ import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import type { SandboxBackend } from "../runtime/sandbox/types.ts";
 import {
+  type LimitMechanisms,
+  NO_MECHANISMS,
+} from "../runtime/sandbox/limits/types.ts";
+import {
   holdsFile,
   isRunning,
   readRssBytes,
@@ -318,6 +322,11 @@ export class Connection {
   /** The OS sandbox backends that confine the worker, outermost first. */
   get sandboxes(): readonly SandboxBackend[] {
     return this.#options.command.sandboxes;
+  }
+
+  /** Which mechanism holds each of the worker's limits. */
+  get limits(): LimitMechanisms {
+    return this.#options.command.limits?.mechanisms ?? NO_MECHANISMS;
   }
 
   /** Calls written and not yet answered. */
@@ -1099,7 +1108,14 @@ export class Connection {
       this.#stdoutReader?.cancel().catch(() => {});
       this.#log.cancelStderr();
     }
-    const mapped = this.#options.command.mapExit(status.code, status.signal);
+    const command = this.#options.command;
+    const mapped = command.mapExit(status.code, status.signal);
+    // Read before the group goes; a worker airlock killed itself was not
+    // ended by a limit.
+    const limit = this.#killReason === undefined
+      ? command.limits?.breach(mapped)
+      : undefined;
+    command.limits?.release();
     const exit: ConnectionExit = {
       code: mapped.code,
       signal: mapped.signal,
@@ -1112,6 +1128,7 @@ export class Connection {
       stderrTail: this.#log.tail,
       pid: this.pid,
       protocolError: this.#protocolError,
+      limit,
     };
     this.#exit = exit;
     this.#deadlines.stop();
@@ -1165,6 +1182,7 @@ export function startConnection(options: ConnectionOptions): Connection {
   try {
     child = options.adapter.spawn(options.command.spawn);
   } catch (error: unknown) {
+    options.command.limits?.release();
     const program = options.command.spawn.argv[0] ?? "";
     throw new WorkerStartError({
       module: options.command.module,

@@ -427,8 +427,12 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
   maxTasksPerWorker?: number;
   /**
    * A worker whose resident memory (the OS figure, which includes native
-   * allocations) exceeds this many bytes after a call is recycled. `0` turns
-   * it off.
+   * allocations) exceeds this many bytes after a call is recycled: a soft
+   * limit, checked between calls (the kernel's hard one is
+   * `limits.memoryBytes`). Where a worker's memory cannot be read (a Deno
+   * parent without `--allow-all`, which Deno needs to read `/proc`; a
+   * launcher; not Linux), `pool()` throws `AirlockError` saying so rather
+   * than never recycling. `0` turns it off.
    *
    * @default {0}
    */

@@ -7,7 +7,8 @@
  * @module
  */
 
-import { PoolBusyError } from "../errors.ts";
+import { AirlockError, PoolBusyError } from "../errors.ts";
+import { rssUnreadable } from "../runtime/proc.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import type {
@@ -54,6 +55,7 @@ import type {
   StatsOptions,
 } from "./stats.ts";
 import type { SandboxBackend } from "../runtime/sandbox/types.ts";
+import type { LimitMechanisms } from "../runtime/sandbox/limits/types.ts";
 
 /** Figures of one worker of a pool. */
 export interface PoolWorkerStats {
@@ -79,6 +81,12 @@ export interface PoolWorkerStats {
    * `"landlock"`); empty when none does.
    */
   sandboxes: readonly SandboxBackend[];
+  /**
+   * Which mechanism holds each of its limits (`limits` option): `"cgroup"`,
+   * `"rlimit"`, or `"none"` (not asked, or not held here under `enforce:
+   * "best-effort"`).
+   */
+  limits: LimitMechanisms;
 }
 
 /** What {@linkcode Pool.stats} reports. */
@@ -784,6 +792,7 @@ class PoolCore extends ModeCore {
         standby: worker.standby,
         keys: worker.keys.size,
         sandboxes: worker.conn.sandboxes,
+        limits: worker.conn.limits,
       });
     }
     const recycledBy = this.recycleStats();
@@ -854,6 +863,17 @@ export function pool<D = unknown>(
     POOL_OPTION_KEYS,
   );
   const limits = resolvePoolOptions(options);
+  if (limits.maxRssBytes > 0) {
+    // Never silently off: the recycle needs each worker's resident memory.
+    const problem = resolved.launcher.length > 0
+      ? "a worker run through a launcher runs elsewhere, where its memory cannot be read"
+      : rssUnreadable();
+    if (problem !== undefined) {
+      throw new AirlockError(
+        `Cannot recycle workers of "${resolved.label}" by their memory (maxRssBytes): ${problem}`,
+      );
+    }
+  }
   const tracker = resolveTracker(
     options,
     resolved.cwd,

@@ -45,6 +45,10 @@ import type {
   StatsOptions,
 } from "./stats.ts";
 import type { SandboxBackend } from "../runtime/sandbox/types.ts";
+import {
+  type LimitMechanisms,
+  NO_MECHANISMS,
+} from "../runtime/sandbox/limits/types.ts";
 
 /** What {@linkcode Session.stats} reports. */
 export interface SessionStats extends CallStats, CallMetricsStats {
@@ -79,6 +83,13 @@ export interface SessionStats extends CallStats, CallMetricsStats {
    * (`"bwrap"`, `"landlock"`); empty when none does or none runs.
    */
   sandboxes: readonly SandboxBackend[];
+  /**
+   * Which mechanism holds each of the current worker's limits (`limits`
+   * option): `"cgroup"`, `"rlimit"`, or `"none"` (not asked, or not held
+   * here under `enforce: "best-effort"`); every one `"none"` when no worker
+   * runs.
+   */
+  limits: LimitMechanisms;
 }
 
 /**
@@ -340,6 +351,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
       queued: this.queue.length,
       recycledBy: this.recycleStats(),
       sandboxes: conn?.sandboxes ?? [],
+      limits: conn?.limits ?? NO_MECHANISMS,
       ...this.metricsStats(options?.reset === true),
     };
   }

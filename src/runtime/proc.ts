@@ -31,6 +31,30 @@ export function readRssBytes(pid: number): number | undefined {
 }
 
 /**
+ * Why this process cannot read the resident memory of its workers, if it
+ * cannot: not Linux, or a Deno parent without `--allow-all` (Deno lets a
+ * program read `/proc` only with it).
+ *
+ * @returns The reason with its fix, or `undefined` when it can.
+ */
+export function rssUnreadable(): string | undefined {
+  if (process.platform !== "linux") {
+    return `it is read from /proc, which ${process.platform} does not have`;
+  }
+  try {
+    readFileSync("/proc/self/status", "utf8");
+    return undefined;
+  } catch (error: unknown) {
+    if ((error as { name?: unknown }).name === "NotCapable") {
+      return "a Deno parent reads /proc/<pid>/status only with --allow-all (-A); run it with -A";
+    }
+    return `cannot read /proc/self/status (${
+      error instanceof Error ? error.message : String(error)
+    })`;
+  }
+}
+
+/**
  * Whether a process is still running: it exists and is neither a zombie nor
  * dead (a process being torn down still holds its files until it is).
  *

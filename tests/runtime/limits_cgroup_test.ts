@@ -111,6 +111,17 @@ describe("cgroup v2 backend (against a tree in a temporary directory)", () => {
     assert.equal(group.remove(), true);
   });
 
+  test("cgroupV2() in two copies of airlock in one process gives their workers distinct groups", () => {
+    const root = v2Tree("v2-twice");
+    const fs = treeFs();
+    const one = cgroupV2(root, treeContext(fs));
+    const two = cgroupV2(root, treeContext(fs));
+    const a = one.create({ memoryBytes: undefined, processes: 8 });
+    const b = two.create({ memoryBytes: undefined, processes: 8 });
+    assert.notDeepEqual(a.join, b.join);
+    assert.ok(a.remove() && b.remove());
+  });
+
   test("cgroupV2() refuses a group shared with other processes, naming them and the fix", () => {
     const root = v2Tree("v2-shared", "4242\n99\n");
     assert.throws(
@@ -235,7 +246,7 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
     const pid = child.pid ?? 0;
     await until(
       () => readFileSync(`${pids}/cgroup.procs`, "utf8").trim() === String(pid),
-      10_000,
+      30_000,
       "the child in its group",
     );
     assert.match(
@@ -245,16 +256,47 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
     assert.ok((group.memoryBytes() ?? 0) > 0);
     assert.equal(group.oomKills(), 0);
     const exited = new Promise((resolve) => child.once("exit", resolve));
-    // The worker is gone and this process outlived it: remove() ends it.
-    assert.equal(group.remove(), false);
+    // The worker is gone and this process outlived it: remove() ends it
+    // (and removes the group at once, or once the process is reaped).
+    group.remove();
     await exited;
-    await until(() => !isAlive(pid), 10_000, "the child gone");
-    await until(() => group.remove(), 10_000, "the group removed");
+    await until(() => !isAlive(pid), 30_000, "the child gone");
+    await until(() => group.remove(), 30_000, "the group removed");
     assert.equal(existsSync(memory), false);
     assert.equal(existsSync(pids), false);
   });
 
-  test("cgroupV1() removes the groups of a dead parent beside its own", () => {
+  test("cgroupV1() in two copies of airlock in one process gives their workers distinct groups", () => {
+    const backend = cgroupBackend(RUNTIME);
+    assert.ok(!("error" in backend) && backend.version === 1);
+    const places = (() => {
+      const group = backend.create({ memoryBytes: undefined, processes: 8 });
+      const dirs = group.join.map((file) =>
+        file.replace(/\/airlock-[^/]+\/w\d+\/cgroup\.procs$/, "")
+      );
+      group.remove();
+      return dirs;
+    })();
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    const context: CgroupContext = {
+      fs: REAL_CGROUP_FS,
+      pid: process.pid,
+      start: parseProcStat(stat)?.start ?? "",
+      kill: () => {},
+      alive: () => true,
+    };
+    const second = cgroupV1({
+      memory: places.find((dir) => dir.includes("/memory")),
+      pids: places.find((dir) => dir.includes("/pids")),
+    }, context);
+    const a = backend.create({ memoryBytes: undefined, processes: 8 });
+    const b = second.create({ memoryBytes: undefined, processes: 8 });
+    assert.equal(a.join.length, 2);
+    assert.notDeepEqual(a.join, b.join);
+    assert.ok(a.remove() && b.remove());
+  });
+
+  test("cgroupV1() removes the groups of a dead parent beside its own", async () => {
     const backend = cgroupBackend(RUNTIME);
     assert.ok(!("error" in backend) && backend.version === 1);
     const group = backend.create({ memoryBytes: undefined, processes: 8 });
@@ -270,7 +312,7 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
       alive: () => false,
     };
     const other = cgroupV1({ pids }, context);
-    assert.equal(existsSync(stale), false);
+    await until(() => !existsSync(stale), 10_000, "the stale group removed");
     assert.equal(other.pids, true);
     REAL_CGROUP_FS.rmdir(`${pids}/airlock-${process.pid}-0`);
     assert.equal(group.remove(), true);

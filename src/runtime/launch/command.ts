@@ -62,6 +62,7 @@ import { hostFacts } from "../sandbox/facts.ts";
 import { checkGrantLinks } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
 import { sandboxWrappers } from "../sandbox/wrappers.ts";
+import { limitsLaunch } from "../sandbox/limits/launch.ts";
 
 /**
  * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
@@ -478,22 +479,31 @@ export function buildWorkerCommand(
   const parentWatchdog = !local || setpriv === undefined;
   const inner = innerCommand(input, adapter, env, parentWatchdog);
   const wrappers = confinement(input, adapter, inner, codeCacheMode);
+  // Outside the sandbox, inside the parent-death guard: the worker's
+  // groups, rlimits and oom_score_adj hold before anything of it runs.
+  const limits = limitsLaunch(input, adapter);
+  if (limits.wrapper !== undefined) wrappers.push(limits.wrapper);
   if (setpriv !== undefined) wrappers.push(setprivWrapper(setpriv));
   if (!local) wrappers.push(launcherWrapper(input.launcher));
 
   let step: LaunchStep = inner.step;
   const mappers: ExitMapper[] = [];
   let levels = 0;
-  for (const wrapper of wrappers) {
-    const wrapped = wrapper.wrap(step);
-    if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
-    levels += wrapped.levels ?? 0;
-    // What the worker must write reaches every outer sandbox.
-    step = {
-      ...wrapped,
-      writable: wrapped.writable ?? step.writable ?? [],
-      scratch: wrapped.scratch ?? step.scratch ?? [],
-    };
+  try {
+    for (const wrapper of wrappers) {
+      const wrapped = wrapper.wrap(step);
+      if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
+      levels += wrapped.levels ?? 0;
+      // What the worker must write reaches every outer sandbox.
+      step = {
+        ...wrapped,
+        writable: wrapped.writable ?? step.writable ?? [],
+        scratch: wrapped.scratch ?? step.scratch ?? [],
+      };
+    }
+  } catch (error: unknown) {
+    limits.limits.release();
+    throw error;
   }
   const mapExit: ExitMapper = mappers.length === 0
     ? exitAsIs
@@ -511,6 +521,7 @@ export function buildWorkerCommand(
       name,
     ): name is SandboxBackend => name === "bwrap" || name === "landlock"),
     mapExit,
+    limits: limits.limits,
     workerPid: (spawnPid) =>
       local ? descendantPid(spawnPid, levels) : undefined,
     ...(inner.codeCache !== undefined && codeCacheMode === "read-only"

@@ -68,6 +68,9 @@ const WRAPPER_FAILURES: readonly RegExp[] = [
   /^setpriv: /m,
   // The Landlock confine step (exit code 126, "airlock confine: …").
   /^airlock confine: /m,
+  // The limits step (exit code 126, "airlock limits: …") and its prlimit.
+  /^airlock limits: /m,
+  /^prlimit: /m,
 ];
 
 /**

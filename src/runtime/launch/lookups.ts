@@ -102,7 +102,7 @@ export function runtimeBinary(
 }
 
 /**
- * A Linux system tool (bubblewrap, setpriv) on PATH, looked up once.
+ * A Linux system tool (bubblewrap, setpriv, prlimit) on PATH, looked up once.
  *
  * @param name The tool.
  * @param adapter The parent's runtime.
@@ -110,7 +110,7 @@ export function runtimeBinary(
  * @returns Its real path, or `undefined` when missing or not on Linux.
  */
 export function linuxTool(
-  name: "bwrap" | "setpriv",
+  name: "bwrap" | "setpriv" | "prlimit",
   adapter: RuntimeAdapter,
   denied: LookupDenied,
 ): string | undefined {

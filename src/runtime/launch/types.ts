@@ -10,6 +10,8 @@
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
 import type { SandboxBackend, SandboxMode } from "../sandbox/types.ts";
+import type { WorkerLimits } from "../sandbox/limits/worker_limits.ts";
+import type { ResolvedLimits } from "../sandbox/limits/types.ts";
 
 /** Maps the exit status of the spawned process to the worker's own. */
 export type ExitMapper = (
@@ -39,6 +41,8 @@ export interface WorkerCommandInput {
   command: readonly string[] | undefined;
   /** A launcher prefix. */
   launcher: readonly string[];
+  /** Kernel-enforced limits (`undefined`: none at all, a test's command). */
+  limits?: ResolvedLimits | undefined;
 }
 
 /** A worker command, ready to spawn. */
@@ -60,6 +64,12 @@ export interface WorkerCommand {
   sandboxes: readonly SandboxBackend[];
   /** Maps the spawned process's exit status to the worker's (undoes a wrapper's 128 + N). */
   mapExit: ExitMapper;
+  /**
+   * The worker's kernel-enforced limits: which mechanism holds each, its
+   * cgroup (released when the worker is gone), which limit ended it.
+   * Omitted: none (a command built for a test).
+   */
+  limits?: WorkerLimits;
   /**
    * The worker's real pid on this machine, found from the pid of the spawned
    * process (a sandbox's pid when wrapped), never from anything the worker

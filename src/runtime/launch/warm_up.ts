@@ -164,6 +164,8 @@ function startWarmUp(
   };
   const warmUp: WarmUp = {
     done: warm().catch(() => {}).finally(() => {
+      // Its starts ran in one group: removed once they are all over.
+      command?.limits?.release();
       warmUp.finished = true;
     }),
     finished: false,

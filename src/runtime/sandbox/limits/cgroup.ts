@@ -50,6 +50,11 @@ export interface CgroupBackend {
    * @throws {Error} naming the file when the kernel refuses.
    */
   create(limits: CgroupLimits): WorkerCgroup;
+  /**
+   * Removes this parent's own groups, as it exits (what still holds a
+   * process stays, for the stale-group cleanup of a later parent).
+   */
+  close(): void;
 }
 
 /** What a backend needs besides its directories. */

@@ -28,6 +28,12 @@ export interface CgroupV1Dirs {
   pids?: string | undefined;
 }
 
+/** How many names a worker's group tries before its creation fails. */
+const MAX_NAME_TRIES = 1000;
+
+/** A worker group's name was taken by another copy of airlock in this process. */
+class NameTaken extends Error {}
+
 /**
  * Removes the groups of parents that are gone (their workers' groups
  * first), beside this parent's: whatever they could not remove themselves.
@@ -69,7 +75,10 @@ function removeStale(context: CgroupContext, dir: string): void {
  * @throws {Error} naming the directory when it cannot be made.
  */
 function parentGroup(context: CgroupContext, dir: string): string {
-  removeStale(context, dir);
+  // Off the first start's path (listing a cgroup directory is slow on
+  // Deno): the stale groups of dead parents go once the loop is free.
+  const timer = setTimeout(() => removeStale(context, dir), 0);
+  (timer as { unref?: () => void }).unref?.();
   const group = `${dir}/${parentGroupName(context)}`;
   try {
     context.fs.mkdir(group);
@@ -106,90 +115,120 @@ export function cgroupV1(
   const fs = context.fs;
   return {
     version: 1,
+    close() {
+      for (const group of [memory, pids]) {
+        if (group === undefined) continue;
+        try {
+          for (const child of fs.list(group)) {
+            if (/^w\d+$/.test(child)) fs.rmdir(`${group}/${child}`);
+          }
+          fs.rmdir(group);
+        } catch {
+          // A worker's group still holds a process: a later parent removes it.
+        }
+      }
+    },
     memory: memory !== undefined,
     pids: pids !== undefined,
     create(limits: CgroupLimits): WorkerCgroup {
-      const name = `w${++count}`;
-      const made: string[] = [];
-      const write = (file: string, value: string): void => {
+      for (let tries = 1;; tries++) {
         try {
-          fs.write(file, value);
+          return createNamed(`w${++count}`, limits);
         } catch (error: unknown) {
-          throw new Error(
-            `cannot write "${value}" to ${file} (${failure(error)})`,
-            { cause: error },
-          );
-        }
-      };
-      const make = (parent: string): string => {
-        const group = `${parent}/${name}`;
-        try {
-          fs.mkdir(group);
-        } catch (error: unknown) {
-          throw new Error(
-            `cannot create the group ${group} (${failure(error)})`,
-            { cause: error },
-          );
-        }
-        made.push(group);
-        return group;
-      };
-      const removeMade = (): boolean => {
-        let gone = true;
-        for (const group of made) {
-          killAll(context, `${group}/cgroup.procs`);
-          try {
-            fs.rmdir(group);
-          } catch {
-            gone = false;
+          // Another copy of airlock in this process (a second isolate, a
+          // second install) numbers its groups too: take the next name.
+          if (!(error instanceof NameTaken) || tries >= MAX_NAME_TRIES) {
+            throw error;
           }
         }
-        return gone;
-      };
-      let memoryGroup: string | undefined;
-      try {
-        if (memory !== undefined) {
-          memoryGroup = make(memory);
-          if (limits.memoryBytes !== undefined) {
-            const value = String(limits.memoryBytes);
-            write(`${memoryGroup}/memory.limit_in_bytes`, value);
-            // With swap accounting, memory plus swap: swap cannot stretch it.
-            if (fs.list(memoryGroup).includes("memory.memsw.limit_in_bytes")) {
-              write(`${memoryGroup}/memory.memsw.limit_in_bytes`, value);
-            }
-          }
-        }
-        if (pids !== undefined && limits.processes !== undefined) {
-          write(`${make(pids)}/pids.max`, String(limits.processes));
-        }
-      } catch (error: unknown) {
-        removeMade();
-        throw error;
       }
-      let removed = false;
-      return {
-        join: made.map((group) => `${group}/cgroup.procs`),
-        oomKills: () => {
-          if (memoryGroup === undefined) return 0;
-          try {
-            return keyedValue(
-              fs.read(`${memoryGroup}/memory.oom_control`),
-              "oom_kill",
-            );
-          } catch {
-            return 0;
-          }
-        },
-        memoryBytes: () => {
-          if (memoryGroup === undefined) return undefined;
-          try {
-            return Number(fs.read(`${memoryGroup}/memory.usage_in_bytes`));
-          } catch {
-            return undefined;
-          }
-        },
-        remove: () => removed ||= removeMade(),
-      };
     },
   };
+
+  function createNamed(name: string, limits: CgroupLimits): WorkerCgroup {
+    const made: string[] = [];
+    const write = (file: string, value: string): void => {
+      try {
+        fs.write(file, value);
+      } catch (error: unknown) {
+        throw new Error(
+          `cannot write "${value}" to ${file} (${failure(error)})`,
+          { cause: error },
+        );
+      }
+    };
+    const make = (parent: string): string => {
+      const group = `${parent}/${name}`;
+      try {
+        fs.mkdir(group);
+      } catch (error: unknown) {
+        if ((error as { code?: unknown }).code === "EEXIST") {
+          removeMade();
+          throw new NameTaken();
+        }
+        throw new Error(
+          `cannot create the group ${group} (${failure(error)})`,
+          { cause: error },
+        );
+      }
+      made.push(group);
+      return group;
+    };
+    const removeMade = (): boolean => {
+      let gone = true;
+      for (const group of made) {
+        killAll(context, `${group}/cgroup.procs`);
+        try {
+          fs.rmdir(group);
+        } catch {
+          gone = false;
+        }
+      }
+      return gone;
+    };
+    let memoryGroup: string | undefined;
+    try {
+      if (memory !== undefined) {
+        memoryGroup = make(memory);
+        if (limits.memoryBytes !== undefined) {
+          const value = String(limits.memoryBytes);
+          write(`${memoryGroup}/memory.limit_in_bytes`, value);
+          // With swap accounting, memory plus swap: swap cannot stretch it.
+          if (fs.list(memoryGroup).includes("memory.memsw.limit_in_bytes")) {
+            write(`${memoryGroup}/memory.memsw.limit_in_bytes`, value);
+          }
+        }
+      }
+      if (pids !== undefined && limits.processes !== undefined) {
+        write(`${make(pids)}/pids.max`, String(limits.processes));
+      }
+    } catch (error: unknown) {
+      removeMade();
+      throw error;
+    }
+    let removed = false;
+    return {
+      join: made.map((group) => `${group}/cgroup.procs`),
+      oomKills: () => {
+        if (memoryGroup === undefined) return 0;
+        try {
+          return keyedValue(
+            fs.read(`${memoryGroup}/memory.oom_control`),
+            "oom_kill",
+          );
+        } catch {
+          return 0;
+        }
+      },
+      memoryBytes: () => {
+        if (memoryGroup === undefined) return undefined;
+        try {
+          return Number(fs.read(`${memoryGroup}/memory.usage_in_bytes`));
+        } catch {
+          return undefined;
+        }
+      },
+      remove: () => removed ||= removeMade(),
+    };
+  }
 }

@@ -119,17 +119,30 @@ export function cgroupV2(dir: string, context: CgroupContext): CgroupBackend {
   let count = 0;
   return {
     version: 2,
+    // The parent's leaf holds the parent itself until it is gone; worker
+    // groups go as their workers do.
+    close() {},
     memory: controllers.includes("memory"),
     pids: controllers.includes("pids"),
     create(limits: CgroupLimits): WorkerCgroup {
-      const group = `${leaf}-w${++count}`;
-      try {
-        fs.mkdir(group);
-      } catch (error: unknown) {
-        throw new Error(
-          `cannot create the group ${group} (${failure(error)})`,
-          { cause: error },
-        );
+      let group = `${leaf}-w${++count}`;
+      for (let tries = 1;; tries++) {
+        try {
+          fs.mkdir(group);
+          break;
+        } catch (error: unknown) {
+          // Another copy of airlock in this process numbers its groups too.
+          if (
+            (error as { code?: unknown }).code === "EEXIST" && tries < 1000
+          ) {
+            group = `${leaf}-w${++count}`;
+            continue;
+          }
+          throw new Error(
+            `cannot create the group ${group} (${failure(error)})`,
+            { cause: error },
+          );
+        }
       }
       const remove = (): boolean => {
         try {

@@ -81,15 +81,19 @@ let opened: CgroupBackend | { error: string } | undefined;
  * @param runtime The parent's runtime (Deno reaches `/proc` and
  *   `/sys/fs/cgroup` only with `--allow-all`).
  * @param fs The file system (tests pass a tree of their own).
+ * @param onExit Registers what runs as this process exits (the removal of
+ *   its own groups), once, when the backend is opened.
  * @returns The backend, or why none can be had.
  */
 export function cgroupBackend(
   runtime: RuntimeName,
   fs: CgroupFs = REAL_CGROUP_FS,
+  onExit?: (callback: () => void) => void,
 ): CgroupBackend | { error: string } {
   if (fs === REAL_CGROUP_FS && opened !== undefined) return opened;
   const result = openHere(runtime, fs);
   if (fs === REAL_CGROUP_FS) opened = result;
+  if (!("error" in result)) onExit?.(() => result.close());
   return result;
 }
 

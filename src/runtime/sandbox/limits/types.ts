@@ -120,3 +120,12 @@ export interface ResolvedLimits {
 
 /** Which mechanism holds each limit of a worker: what `stats().limits` shows. */
 export type LimitMechanisms = Readonly<Record<LimitKey, LimitMechanism>>;
+
+/** Every limit held by nothing (`stats()` before a worker runs). */
+export const NO_MECHANISMS: LimitMechanisms = Object.freeze({
+  memoryBytes: "none",
+  processes: "none",
+  cpuSeconds: "none",
+  fileSizeBytes: "none",
+  openFiles: "none",
+});
