@@ -14,6 +14,7 @@ const FAST_TIER = [
   "tests/runtime/sandbox_bwrap_test.ts",
   "tests/runtime/sandbox_mounts_test.ts",
   "tests/runtime/launch_exit_test.ts",
+  "tests/runtime/limits_decide_test.ts",
   "tests/runtime/confine_landlock_test.ts",
   "tests/runtime/confine_seccomp_test.ts",
   "tests/runtime/confine_backends_test.ts",

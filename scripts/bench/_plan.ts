@@ -258,6 +258,16 @@ export function jobsOf(
           { ...config, spares: 1 },
         );
       }
+      for (const runtime of runtimes) {
+        // Every limit set (a memory group and prlimit besides the default
+        // pids group): what the limits step adds is the last columns.
+        add(
+          runtime,
+          "start-limits",
+          `one-shot call with every limit (${name(runtime)})`,
+          { ...config, limits: true },
+        );
+      }
       if (runtimes.includes("bun")) {
         // Bun workers run in the OS sandbox by default (Bun has no permission
         // model); this shows what the sandbox adds to the start.
@@ -388,6 +398,7 @@ export function jobsOf(
     if (job.contender.startsWith("pool-")) job.config.contender = "pool";
     if (job.contender === "start-nosandbox") job.config.contender = "start";
     if (job.contender === "start-spare") job.config.contender = "start";
+    if (job.contender === "start-limits") job.config.contender = "start";
   }
   return jobs;
 }

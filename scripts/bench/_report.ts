@@ -460,6 +460,12 @@ function startSection(view: View): string {
       fmt(s?.bareMs),
       fmt(s?.bareUnwrappedMs),
       ratio((s?.oneShotMs ?? NaN) / (s?.bareMs ?? NaN)),
+      fmt(
+        s?.bareMs === undefined || s.bareNoLimitsMs === undefined
+          ? undefined
+          : s.bareMs - s.bareNoLimitsMs + (s.cgroupMs ?? 0),
+      ),
+      fmt(s?.cgroupMs),
     ];
   });
   return table([
@@ -468,6 +474,8 @@ function startSection(view: View): string {
     "bare start, same wrappers, ms",
     "bare `run empty.ts`, unwrapped, ms",
     "one-shot / bare (same wrappers)",
+    "limits step + cgroup add, ms",
+    "of which the parent's group, ms",
   ], rows);
 }
 

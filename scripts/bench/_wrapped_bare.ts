@@ -47,6 +47,25 @@ function bareRuntime(argv: readonly string[], empty: string): string[] {
 }
 
 /**
+ * The same command without the limits step (`sh -c <script> <score>
+ * <cgroup.procs files> -- [prlimit <rlimits> --] <rest>`): what a start
+ * would cost without its cgroups, rlimits and oom_score_adj.
+ *
+ * @param argv A worker's (or bare) command.
+ * @returns The command from the sandbox on, or `argv` when it has no step.
+ */
+export function withoutLimitsStep(argv: readonly string[]): string[] {
+  const start = argv.findIndex((arg, i) =>
+    arg === "-c" && argv[i + 1]?.includes("oom_score_adj") === true
+  );
+  if (start < 1) return [...argv];
+  const end = argv.indexOf("--", start + 3);
+  let rest = argv.slice(end + 1);
+  if (rest[0]?.endsWith("/prlimit")) rest = rest.slice(rest.indexOf("--") + 1);
+  return [...argv.slice(0, start - 1), ...rest];
+}
+
+/**
  * The worker's command for `options`, running an empty program instead of
  * the worker: the same wrappers, mounts, rules and environment.
  *

@@ -24,7 +24,9 @@ import { CallMetrics } from "../../src/parent/_metrics.ts";
 import { decodeValue } from "../../src/protocol/decode_value.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
 import { FloorClient } from "./_floor_client.ts";
-import { wrappedBareCommand } from "./_wrapped_bare.ts";
+import { withoutLimitsStep, wrappedBareCommand } from "./_wrapped_bare.ts";
+import { cgroupBackend } from "../../src/runtime/sandbox/limits/open_cgroups.ts";
+import { detect } from "../../src/runtime/detect.ts";
 import {
   cpuMs,
   envVar,
@@ -74,6 +76,8 @@ export interface DriverConfig {
   permissionsAll?: boolean;
   /** oneShot spares for the start scenario (0: none). */
   spares?: number;
+  /** Give the one-shot worker every limit (the start scenario's limits row). */
+  limits?: boolean;
   /**
    * Move the answering process (all its threads) to core 1; main.ts starts
    * this one on core 0.
@@ -504,6 +508,17 @@ async function start(config: DriverConfig): Promise<unknown> {
   const options = {
     env: workerEnv,
     ...(config.permissionsAll ? { permissions: "all" as const } : {}),
+    ...(config.limits
+      ? {
+        limits: {
+          memoryBytes: 512 * 2 ** 20,
+          processes: 64,
+          cpuSeconds: 600,
+          fileSizeBytes: 2 ** 30,
+          openFiles: 1024,
+        },
+      }
+      : {}),
   };
   const runner = oneShot<typeof import("./bench_worker.ts").default>(
     workerUrl,
@@ -517,8 +532,14 @@ async function start(config: DriverConfig): Promise<unknown> {
     options,
     scriptPath("empty.ts"),
   );
+  // The same bare start without the limits step (cgroups, rlimits,
+  // oom_score_adj), and the parent's part: a group made and removed.
+  const unlimited = withoutLimitsStep(wrapped.argv);
+  const backend = cgroupBackend(detect().name);
   const bare: number[] = [];
   const bareWrapped: number[] = [];
+  const bareUnlimited: number[] = [];
+  const groups: number[] = [];
   const one: number[] = [];
   for (let i = -config.warmup; i < config.iterations; i++) {
     let t = performance.now();
@@ -531,11 +552,27 @@ async function start(config: DriverConfig): Promise<unknown> {
     );
     const wrappedMs = performance.now() - t;
     t = performance.now();
+    check(
+      await runQuiet(unlimited, wrapped.env) === 0,
+      "a bare start without the limits step exits 0",
+    );
+    const unlimitedMs = performance.now() - t;
+    t = performance.now();
+    if (!("error" in backend)) {
+      backend.create({
+        memoryBytes: config.limits ? 512 * 2 ** 20 : undefined,
+        processes: config.limits ? 64 : 512,
+      }).remove();
+    }
+    const groupMs = performance.now() - t;
+    t = performance.now();
     check(await runner.add(i, 1) === i + 1, "one-shot add");
     const oneMs = performance.now() - t;
     if (i >= 0) {
       bare.push(bareMs);
       bareWrapped.push(wrappedMs);
+      bareUnlimited.push(unlimitedMs);
+      groups.push(groupMs);
       one.push(oneMs);
     }
   }
@@ -544,6 +581,8 @@ async function start(config: DriverConfig): Promise<unknown> {
     oneShotMs: median(one),
     bareMs: median(bareWrapped),
     bareUnwrappedMs: median(bare),
+    bareNoLimitsMs: median(bareUnlimited),
+    cgroupMs: "error" in backend ? undefined : median(groups),
   };
 }
 
