@@ -843,6 +843,33 @@ export function conformance(target: ConformanceTarget): void {
       });
     });
 
+    test(`a worker of version 4 answers ping with pong while a call runs, and a cancelled queued call with dropped (${name})`, async (t) => {
+      if ((target.messageVersion ?? MESSAGE_VERSION) < 4) {
+        t.skip("ping and dropped came with message version 4");
+        return;
+      }
+      await withRaw(target, async (worker) => {
+        await worker.next((m) => m.type === "hello", "hello");
+        worker.send({ type: "limit", id: 0, concurrency: 1 });
+        worker.send({ type: "call", id: 1, op: "delay", args: [1_000, "a"] });
+        worker.send({ type: "call", id: 2, op: "delay", args: [10, "b"] });
+        worker.send({ type: "ping", id: 0 });
+        const pong = await worker.next(
+          (m) => m.type === "pong" || isResult(1)(m),
+          "the pong",
+        );
+        assert.equal(pong.type, "pong", "answered before the running call");
+        worker.send({ type: "cancel", id: 2 });
+        const dropped = await worker.next(
+          (m) => m.id === 2,
+          "the queued call's answer",
+        );
+        assert.equal(dropped.type, "dropped");
+        const first = await worker.next(isResult(1), "the running call");
+        assert.equal(first.type === "result" && first.value, "a");
+      });
+    });
+
     test(`pool() of concurrency 1 runs a worker's calls one at a time, written ahead or not (${name})`, async () => {
       await using p = pool<ConformanceWorker>(label, {
         ...options({ onStderr: () => {} }),

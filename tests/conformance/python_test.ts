@@ -37,9 +37,8 @@ conformance({
   // The protocol suite (whoami compares pids, which a pid namespace makes
   // all alike); the confinement of Python workers is tested below.
   permissions: "all",
-  // The Python worker speaks message version 2 (streams and progress; not
-  // version 3's limit: a pool writes no calls ahead to it).
-  messageVersion: 3,
+  // The Python worker speaks message version 4 (limit, ping, dropped).
+  messageVersion: 4,
   skip: needs("python3").skip ?? python.skip,
 });
 

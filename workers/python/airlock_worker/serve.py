@@ -23,8 +23,9 @@ from .stdio import exit_as_system_exit, exit_now, install_stdout_guard, write_al
 from .stream import DEFAULT_STREAM_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_ITEMS, pump
 from .values import WireError
 
-#: The message version sent in the hello: 2 adds streams and progress.
-MESSAGE_VERSION = 3
+#: The message version sent in the hello: 2 adds streams and progress, 3
+#: limit, 4 ping/pong (the liveness check) and dropped.
+MESSAGE_VERSION = 4
 
 
 class Call:
@@ -186,9 +187,13 @@ class Server:
                 raise ProtocolError(f'Cannot read message: "limit" has an invalid "concurrency" {concurrency!r}')
             with self.lock:
                 self.limit = min(self.definition.concurrency, concurrency)
+        elif kind == "ping":
+            # Answered by the reading loop at once, whatever the handlers do:
+            # the parent's liveness check after a timeout (version 4).
+            self.send({"type": "pong", "id": 0})
         elif kind == "shutdown":
             self.shutdown()
-        elif kind in ("hello", "fatal", "result", "error", "items", "end", "progress", "shutdown-ack"):
+        elif kind in ("hello", "fatal", "result", "error", "items", "end", "progress", "pong", "dropped", "shutdown-ack"):
             sys.stderr.write(f'airlock worker: ignoring unexpected "{kind}" message from the parent\n')
         else:
             raise ProtocolError(f"Cannot read message: unknown type {kind!r}")
@@ -238,7 +243,8 @@ class Server:
                     return
                 self.waiting.remove(dropped)
         if dropped is not None:
-            self.fail(dropped.id, AbortError())
+            # Never started: the parent learns it was not run (version 4).
+            self.send({"type": "dropped", "id": dropped.id})
             self.check_drained()
         elif future is not None:
             future.cancel()
