@@ -65,6 +65,7 @@ export {
   type CallTimeoutEvent,
   type CallTraceContext,
   DIAGNOSTICS_CHANNELS,
+  type NetConnectionEvent,
   type RecycleCause,
   type WorkerExitEvent,
   type WorkerMode,

@@ -21,7 +21,8 @@ export type ScenarioId =
   | "memory"
   | "import"
   | "stream"
-  | "events";
+  | "events"
+  | "net";
 
 /** One program run per round. */
 export interface Job {
@@ -378,6 +379,24 @@ export function jobsOf(
       }
       break;
     }
+    case "net": {
+      // A sandboxed worker's TCP client to an echo server: the host's
+      // network (net: true) against a host:port grant, forwarded.
+      const config = smoke
+        ? { warmup: 10, iterations: 50, bytesMiB: 4 }
+        : { warmup: 500, iterations: 3000, bytesMiB: 64 };
+      for (const runtime of runtimes) {
+        const rt = name(runtime);
+        add(runtime, "net-direct", `TCP, net: true (${rt})`, config);
+        add(
+          runtime,
+          "net-forwarded",
+          `TCP, a host:port grant, forwarded (${rt})`,
+          config,
+        );
+      }
+      break;
+    }
     case "import": {
       const config = smoke
         ? { warmup: 0, iterations: 2 }
@@ -415,4 +434,5 @@ export const SCENARIOS: readonly ScenarioId[] = [
   "import",
   "stream",
   "events",
+  "net",
 ];

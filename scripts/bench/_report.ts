@@ -244,6 +244,24 @@ function targets(view: View): TargetRow[] {
     (v) => `${v.toFixed(2)} µs`,
   );
   both(
+    "net: round trip added by a host:port grant (forwarder + broker), p50",
+    "≤ 0.2 ms",
+    (rt) =>
+      ((view.get("net", rt, "net-forwarded")?.p50 ?? NaN) -
+        (view.get("net", rt, "net-direct")?.p50 ?? NaN)) / 1000,
+    (v) => v <= 0.2,
+    (v) => `${v.toFixed(3)} ms`,
+  );
+  both(
+    "net: 64 KiB writes through a host:port grant vs net: true",
+    "≥ 0.7×",
+    (rt) =>
+      (view.get("net", rt, "net-forwarded")?.mibPerSecond ?? NaN) /
+      (view.get("net", rt, "net-direct")?.mibPerSecond ?? NaN),
+    (v) => v >= 0.7,
+    x,
+  );
+  both(
     "(a) watch: added p50 per call",
     "≤ 5 µs",
     (rt) =>

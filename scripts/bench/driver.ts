@@ -27,6 +27,7 @@ import { FloorClient } from "./_floor_client.ts";
 import { withoutLimitsStep, wrappedBareCommand } from "./_wrapped_bare.ts";
 import { cgroupBackend } from "../../src/runtime/sandbox/limits/open_cgroups.ts";
 import { detect } from "../../src/runtime/detect.ts";
+import type netWorker from "./net_worker.ts";
 import {
   cpuMs,
   envVar,
@@ -55,7 +56,8 @@ export interface DriverConfig {
     | "memory"
     | "import"
     | "stream"
-    | "events";
+    | "events"
+    | "net";
   /** Which contender (scenario-specific). */
   contender: string;
   /** Calls before measuring. */
@@ -66,6 +68,8 @@ export interface DriverConfig {
   inflight?: number;
   /** Payload sizes in MiB, for binary. */
   sizesMiB?: number[];
+  /** MiB echoed per bulk run, for net. */
+  bytesMiB?: number;
   /** Rows of the rich payload. */
   rows?: number;
   /** maxTasksPerWorker for the pool (0: off). */
@@ -835,6 +839,57 @@ async function eventsCost(config: DriverConfig): Promise<unknown> {
   }
 }
 
+/**
+ * The network row: a sandboxed worker's TCP client to an echo server in a
+ * process of its own, connected directly (`net: true`: the host's network)
+ * or through the forwarder and the parent's broker (a `host:port` grant).
+ * One-byte round trips (p50) and 64 KiB writes echoed back (MiB/s).
+ */
+async function netCost(config: DriverConfig): Promise<unknown> {
+  const echo = spawnPiped(
+    scriptArgv(new URL("./_echo_server.ts", import.meta.url).pathname),
+  );
+  try {
+    const reader = echo.stdout.getReader();
+    let text = "";
+    while (!text.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("_echo_server.ts ended before its port");
+      text += new TextDecoder().decode(value);
+    }
+    reader.releaseLock();
+    const port = Number(text.trim());
+    const forwarded = config.contender === "net-forwarded";
+    const worker = await session<typeof netWorker>(
+      new URL("./net_worker.ts", import.meta.url),
+      {
+        sandbox: "os",
+        permissions: { net: forwarded ? [`127.0.0.1:${port}`] : true },
+      },
+    );
+    try {
+      const times = await worker.pingPong(
+        "127.0.0.1",
+        port,
+        config.warmup,
+        config.iterations,
+      );
+      const bytes = (config.bytesMiB ?? 64) * 2 ** 20;
+      await worker.bulk("127.0.0.1", port, 4 * 2 ** 20);
+      const rates: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        rates.push(await worker.bulk("127.0.0.1", port, bytes));
+      }
+      return { p50: median(times), mibPerSecond: median(rates) };
+    } finally {
+      await worker.close();
+    }
+  } finally {
+    await echo.closeStdin();
+    await echo.exited;
+  }
+}
+
 async function importCost(config: DriverConfig): Promise<unknown> {
   const withImport: number[] = [];
   const without: number[] = [];
@@ -889,6 +944,9 @@ async function main(): Promise<void> {
       break;
     case "events":
       result = await eventsCost(config);
+      break;
+    case "net":
+      result = await netCost(config);
       break;
     default:
       throw new Error(`Unknown scenario "${String(config.scenario)}"`);

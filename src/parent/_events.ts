@@ -18,6 +18,9 @@
 import type * as DiagnosticsChannel from "node:diagnostics_channel";
 import { diagnosticsChannel } from "../runtime/node_builtins.ts";
 import type { SandboxBackend } from "../runtime/sandbox/types.ts";
+import type { NetConnectionEvent } from "../runtime/sandbox/net/broker.ts";
+
+export type { NetConnectionEvent };
 
 /**
  * The names of airlock's diagnostics channels (`node:diagnostics_channel`).
@@ -70,6 +73,12 @@ export const DIAGNOSTICS_CHANNELS = {
    * {@linkcode CallTraceContext}.
    */
   call: "airlock:call",
+  /**
+   * A connection a sandboxed worker opened through its `host:port` grants,
+   * or the broker's refusal of one, published when it ends:
+   * {@linkcode NetConnectionEvent}.
+   */
+  netConnection: "airlock:net:connection",
 } as const;
 
 /** Which kind of handle a worker serves. */

@@ -16,6 +16,7 @@ import { buildWorkerCommand } from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
 import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
+import type { NetBroker } from "../runtime/sandbox/net/broker.ts";
 import {
   type CallRecord,
   type Connection,
@@ -144,6 +145,60 @@ function published(conn: Connection, module: string, mode: WorkerMode): void {
 }
 
 /**
+ * Waits, within what is left of the start's deadline, for the forwarder of
+ * a worker's `host:port` grants to listen, so that no call (`setup`
+ * included) connects before it does.
+ *
+ * @throws {WorkerStartError} when it failed or went away first.
+ * @throws {WorkerTimeoutError} when the deadline passed first.
+ */
+async function forwarderReady(
+  network: NetBroker,
+  conn: Connection,
+  options: ResolvedWorkerOptions,
+  since: number,
+): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const left = Math.max(0, options.startTimeoutMs - (Date.now() - since));
+  try {
+    const outcome = await Promise.race([
+      network.ready.then(() => "ready" as const),
+      conn.closed.then(() => "exited" as const),
+      new Promise<"timeout">((resolve) => {
+        timer = setTimeout(() => resolve("timeout"), left);
+      }),
+    ]);
+    if (outcome === "timeout") {
+      throw new WorkerTimeoutError({
+        module: options.label,
+        pid: conn.pid,
+        timeoutMs: options.startTimeoutMs,
+        elapsedMs: Date.now() - since,
+        phase: "start",
+      });
+    }
+    if (outcome === "exited") {
+      throw new WorkerStartError({
+        module: options.label,
+        failure: "exited",
+        detail: "it exited before its network forwarder was ready",
+      });
+    }
+  } catch (error: unknown) {
+    if (error instanceof WorkerTimeoutError) throw error;
+    if (error instanceof WorkerStartError) throw error;
+    throw new WorkerStartError({
+      module: options.label,
+      failure: "spawn",
+      detail: error instanceof Error ? error.message : String(error),
+      cause: error,
+    });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
  * The start behind `launchWorker` (_launch.ts, which documents it).
  *
  * @param options The resolved options.
@@ -175,10 +230,12 @@ export async function startWorker(
     signal,
   ).catch((error: unknown) => {
     first?.limits?.release();
+    first?.network?.close();
     throw error;
   });
   if (!warmed) {
     first.limits?.release();
+    first.network?.close();
     // A module that hangs at import (or a machine too loaded): the worker
     // would not be ready either.
     throw new WorkerTimeoutError({
@@ -194,6 +251,22 @@ export async function startWorker(
     const routed = routedEvents(startEvents(options.label));
     const command = first ?? buildWorkerCommand(options, adapter);
     first = undefined;
+    const network = command.network;
+    if (network !== undefined) {
+      try {
+        await network.listening;
+      } catch (error: unknown) {
+        network.close();
+        throw new WorkerStartError({
+          module: options.label,
+          failure: "spawn",
+          detail: `cannot listen on the network broker's socket: ${
+            error instanceof Error ? error.message : String(error)
+          }`,
+          cause: error,
+        });
+      }
+    }
     const conn = startConnection({
       adapter,
       command,
@@ -207,8 +280,15 @@ export async function startWorker(
     if (startFault(options, conn)) {
       conn.kill("its start was made to fail by the test kit (failNextStart)");
     }
+    if (network !== undefined) {
+      conn.closed.then(() => network.close(), () => network.close());
+    }
     try {
       await conn.ready;
+      if (network !== undefined) {
+        network.setPid(conn.pid);
+        await forwarderReady(network, conn, options, since);
+      }
       await runSetup(conn, options, conn.startedAt);
       routed.route(events);
       published(conn, options.label, mode);

@@ -56,9 +56,13 @@ export interface Permissions {
    */
   write?: readonly (string | URL)[] | boolean;
   /**
-   * Hosts the worker may connect to or listen on: `"host"`, `"host:port"`,
-   * `"1.2.3.4"`, `"[::1]:8080"`. The OS sandbox cannot filter by host: any
-   * grant gives native code (and Bun) the whole network.
+   * Hosts the worker may connect to: `"host:port"`, `"127.0.0.1:5432"`,
+   * `"[::1]:8080"`. Under bubblewrap each `host:port` is exact for every
+   * process of the worker, native code included (its own network namespace;
+   * the parent connects for it); a strict worker whose scopes cannot be held
+   * so (no bubblewrap, a scope without a port, a wildcard, an address
+   * outside loopback) does not start (`PermissionError`, `permission:
+   * "net"`). `true`: the host's whole network. See docs/permissions.md.
    *
    * @default {false}
    */

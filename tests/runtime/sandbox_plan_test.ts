@@ -22,6 +22,13 @@ const bestEffort = resolvePermissions({
   enforce: "best-effort",
 }, "/app");
 const bestEffortNothing = resolvePermissions({ enforce: "best-effort" }, "/");
+const db = resolvePermissions({ net: ["db.internal:5432"] }, "/app");
+const dbBestEffort = resolvePermissions({
+  net: ["db.internal:5432"],
+  enforce: "best-effort",
+}, "/app");
+const noPort = resolvePermissions({ net: ["db.internal"] }, "/app");
+const wholeNet = resolvePermissions({ net: true }, "/app");
 
 const step = (
   landlockAbi: number,
@@ -387,6 +394,66 @@ const cases: Case[] = [
     expect: "error:sandbox",
     says: [/"darwin"/],
   },
+  // --- net scopes: forwarded under bubblewrap with the step, else refused. ---
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: db },
+    facts: both,
+    expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432",
+  },
+  {
+    request: { runtime: deno, sandbox: "auto", permissions: db },
+    facts: bwrapSeccompStep,
+    expect: "confined:bwrap+seccomp:step+net:db.internal:5432",
+  },
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: wholeNet },
+    facts: both,
+    expect: "confined:bwrap,landlock+seccomp:step",
+  },
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: db },
+    facts: landlockAlone,
+    expect: "error:net",
+    says: [
+      /Landlock alone, which holds TCP by port on any host/,
+      /best-effort/,
+    ],
+  },
+  {
+    request: { runtime: deno, sandbox: "auto", permissions: db },
+    facts: landlockAlone,
+    expect: "error:net",
+    says: [/make bubblewrap usable/],
+  },
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: dbBestEffort },
+    facts: landlockAlone,
+    expect: "confined:landlock+seccomp:step",
+  },
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: dbBestEffort },
+    facts: both,
+    expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432",
+  },
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: noPort },
+    facts: both,
+    expect: "error:net",
+    says: [/names no port/],
+  },
+  {
+    // bubblewrap without a step (a compiled program): nothing starts the forwarder.
+    request: { runtime: bun, sandbox: "auto", permissions: db },
+    facts: { ...linux, confineStep: { unavailable: "none", refused: false } },
+    expect: "error:net",
+    says: [/needs the confine step/],
+  },
+  {
+    // Deno without any sandbox: its flags hold the host, as before.
+    request: { runtime: deno, sandbox: "none", permissions: db },
+    facts: both,
+    expect: "unconfined",
+  },
 ];
 
 const PREFIX = 'Cannot enforce permissions of worker "w.ts": ';
@@ -406,7 +473,11 @@ describe("sandboxPlan()", () => {
       try {
         const plan = sandboxPlan(full, facts);
         got = plan.confined
-          ? `confined:${plan.backends.join(",")}+seccomp:${plan.seccomp}`
+          ? `confined:${plan.backends.join(",")}+seccomp:${plan.seccomp}${
+            plan.net === undefined
+              ? ""
+              : `+net:${plan.net.targets.map((t) => t.scope).join(",")}`
+          }`
           : "unconfined";
         words = plan.reason;
         if (plan.confined) {

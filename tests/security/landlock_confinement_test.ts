@@ -139,7 +139,12 @@ describe("Landlock confinement", needs("landlock"), () => {
 
   test("a worker granted one TCP port reaches it and no other", async () => {
     const [open, closed] = ports as [number, number];
-    await using s = await confined({ net: [`127.0.0.1:${open}`] });
+    // Without bubblewrap Landlock holds the port on any host, which strict
+    // permissions refuse for a host scope (tests/security/net_host_test.ts).
+    await using s = await confined({
+      net: [`127.0.0.1:${open}`],
+      ...(hasTool("bwrap") ? {} : { enforce: "best-effort" }),
+    });
     assert.equal(await s.tcpConnect(open), "ok");
     assert.notEqual(await s.tcpConnect(closed), "ok");
   });

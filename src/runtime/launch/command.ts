@@ -22,7 +22,7 @@ import {
   relative,
   statSync,
 } from "../node_builtins.ts";
-import { WorkerStartError } from "../../errors.ts";
+import { PermissionError, WorkerStartError } from "../../errors.ts";
 import { bunEntryBundle } from "../bun_entry.ts";
 import type { RuntimeAdapter, RuntimeName } from "../types.ts";
 import {
@@ -63,6 +63,9 @@ import { checkGrantLinks } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
 import { sandboxWrappers } from "../sandbox/wrappers.ts";
 import { limitsLaunch } from "../sandbox/limits/launch.ts";
+import { SANDBOX_MESSAGES } from "../sandbox/messages.ts";
+import { type NetBroker, startNetBroker } from "../sandbox/net/broker.ts";
+import type { NetLayout } from "../sandbox/net/targets.ts";
 
 /**
  * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
@@ -109,6 +112,8 @@ interface InnerCommand {
   denoModule?: string;
   /** The private code cache the worker reads (set by {@linkcode useCodeCache}). */
   codeCache?: string;
+  /** The broker of the worker's forwarded network (`host:port` grants under bubblewrap). */
+  network?: NetBroker;
 }
 
 function innerCommand(
@@ -394,6 +399,9 @@ function confinement(
   if (!plan.confined || inner.binary === undefined) return [];
   checkGrantLinks(input.permissions, input.label, adapter.env("HOME"));
   const codeCache = useCodeCache(input, adapter, inner, codeCacheMode);
+  if (plan.net !== undefined) {
+    inner.network = netBroker(input.label, plan.net, adapter);
+  }
   const wrappers = sandboxWrappers(plan, {
     module: input.label,
     permissions: input.permissions,
@@ -403,6 +411,7 @@ function confinement(
       ? undefined
       : { ...codeCache, scratch: join(codeCache.dir, LOCATION_DATA) },
     onExit: (callback) => adapter.onExit(callback),
+    ...(inner.network === undefined ? {} : { network: inner.network }),
   });
   if (wrappers.length === 0) return [];
   const code = inner.codeMounts?.();
@@ -411,6 +420,32 @@ function confinement(
     inner.step.listOnly = [...(inner.step.listOnly ?? []), ...code.listOnly];
   }
   return wrappers;
+}
+
+/**
+ * Starts the broker of a worker's forwarded network (closed when the
+ * worker is gone, and at the latest when this process exits).
+ *
+ * @throws {PermissionError} when its private directory cannot be had.
+ */
+function netBroker(
+  module: string,
+  layout: NetLayout,
+  adapter: RuntimeAdapter,
+): NetBroker {
+  let broker: NetBroker;
+  try {
+    broker = startNetBroker({ module, layout });
+  } catch (error: unknown) {
+    throw new PermissionError(
+      SANDBOX_MESSAGES.netBroker(
+        error instanceof Error ? error.message : String(error),
+      ),
+      { module, permission: "net", cause: error },
+    );
+  }
+  adapter.onExit(() => broker.close());
+  return broker;
 }
 
 /**
@@ -527,5 +562,6 @@ export function buildWorkerCommand(
     ...(inner.codeCache !== undefined && codeCacheMode === "read-only"
       ? { codeCache: inner.codeCache }
       : {}),
+    ...(inner.network === undefined ? {} : { network: inner.network }),
   };
 }

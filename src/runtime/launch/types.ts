@@ -7,6 +7,7 @@
  * @module
  */
 
+import type { NetBroker } from "../sandbox/net/broker.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
 import type { SandboxBackend, SandboxMode } from "../sandbox/types.ts";
@@ -82,6 +83,13 @@ export interface WorkerCommand {
    * the parent warms before starting it (launch/warm_up.ts). Omitted: none.
    */
   codeCache?: string;
+  /**
+   * The broker of the worker's forwarded network (`host:port` grants under
+   * bubblewrap): await its `listening` before the spawn and its `ready`
+   * before the worker's first call, give it the worker's pid, close it when
+   * the worker is gone. Omitted: none.
+   */
+  network?: NetBroker;
 }
 
 /** One step of a launch: a command line with its environment. */

@@ -57,6 +57,23 @@ export const NETWORK_PATHS: readonly string[] = [
 ];
 
 /**
+ * The network files a worker with forwarded `host:port` grants gets: TLS
+ * roots and the services and protocols tables. Its `/etc/hosts` and
+ * `/etc/nsswitch.conf` are the broker's (the granted names on loopback), and
+ * it has no `/etc/resolv.conf`: it needs no DNS.
+ */
+export const FORWARDED_NETWORK_PATHS: readonly string[] = NETWORK_PATHS.filter(
+  (path) =>
+    ![
+      "/etc/resolv.conf",
+      "/etc/hosts",
+      "/etc/nsswitch.conf",
+      "/etc/host.conf",
+      "/etc/gai.conf",
+    ].includes(path),
+);
+
+/**
  * Directories of programs, mounted read-only when `run` is granted and they
  * exist, so that granted programs can be found and started.
  */
@@ -101,6 +118,24 @@ export interface BwrapOptions {
   scratch?: readonly string[];
   /** Whether any network access is granted: the network namespace is then shared. */
   net: boolean;
+  /**
+   * The forwarded network of `host:port` grants (from `netBwrapArgs()`):
+   * the worker keeps a network namespace of its own (only loopback), with
+   * these binds (the broker's hosts file, nsswitch file and socket) and the
+   * files of {@linkcode FORWARDED_NETWORK_PATHS}. Overrides `net`.
+   *
+   * @default {undefined}
+   */
+  netArgs?: readonly string[];
+  /**
+   * Whether the forwarder binds a port below 1024 (`bindsLowPorts()`):
+   * bubblewrap then does not nest a user namespace (`--disable-userns`),
+   * which would hold `CAP_NET_BIND_SERVICE` away from the network
+   * namespace; the seccomp filter refuses new namespaces instead.
+   *
+   * @default {false}
+   */
+  netLowPorts?: boolean;
   /**
    * Granted programs: `true` or names mount the system's program directories
    * ({@linkcode PROGRAM_PATHS}); absolute paths are mounted too.
@@ -155,6 +190,18 @@ export interface SandboxedArgvOptions {
    * @default {undefined}
    */
   seccompFd?: string;
+  /**
+   * The forwarded network's arguments (see {@linkcode BwrapOptions} `netArgs`).
+   *
+   * @default {undefined}
+   */
+  netArgs?: readonly string[];
+  /**
+   * See {@linkcode BwrapOptions} `netLowPorts`.
+   *
+   * @default {false}
+   */
+  netLowPorts?: boolean;
 }
 
 /**
@@ -177,6 +224,8 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
       : [...permissions.write, ...options.writable],
     scratch: options.scratch,
     net: isGranted(permissions.net),
+    ...(options.netArgs === undefined ? {} : { netArgs: options.netArgs }),
+    ...(options.netLowPorts ? { netLowPorts: true } : {}),
     run: permissions.run,
     ffi: permissions.ffi,
     env: options.env,
@@ -243,9 +292,11 @@ export function bwrapArgv(options: BwrapOptions): string[] {
   const ffi = options.ffi ?? [];
   const cwd = normalizePath(options.cwd, "cwd");
 
+  const forwarded = options.netArgs !== undefined;
+  const shared = options.net && !forwarded;
   const readOnly: string[] = [
     ...LIBRARY_PATHS,
-    ...(options.net ? NETWORK_PATHS : []),
+    ...(forwarded ? FORWARDED_NETWORK_PATHS : shared ? NETWORK_PATHS : []),
     ...(isGranted(run) ? PROGRAM_PATHS : []),
     normalizePath(options.runtimeBinary, "runtimeBinary"),
     ...options.readOnly.map((path, index) =>
@@ -304,12 +355,12 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     "--die-with-parent",
     "--new-session",
     "--unshare-user",
-    "--disable-userns",
+    ...(options.netLowPorts ? [] : ["--disable-userns"]),
     "--unshare-pid",
     "--unshare-ipc",
     "--unshare-uts",
     "--unshare-cgroup-try",
-    ...(options.net ? [] : ["--unshare-net"]),
+    ...(shared ? [] : ["--unshare-net"]),
     "--cap-drop",
     "ALL",
   ];
@@ -328,6 +379,9 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     if (isStartupVariable(name)) argv.push("--setenv", name, value);
   }
   for (const mount of mounts) argv.push(...mount.args);
+  // Over every other mount (a grant of /etc included), before the root is
+  // made read-only (they need their mount points).
+  if (options.netArgs !== undefined) argv.push(...options.netArgs);
   if (!writable.includes("/")) argv.push("--remount-ro", "/");
   if (options.seccompFd !== undefined) {
     argv.push("--seccomp", options.seccompFd);

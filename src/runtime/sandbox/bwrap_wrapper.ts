@@ -29,6 +29,19 @@ export interface BwrapWrapperOptions {
    * @default {undefined}
    */
   seccomp?: { file: string; shell: string };
+  /**
+   * The forwarded network's arguments (`netBwrapArgs()`), for `host:port`
+   * grants.
+   *
+   * @default {undefined}
+   */
+  netArgs?: readonly string[];
+  /**
+   * Whether the forwarder binds a port below 1024 (`bindsLowPorts()`).
+   *
+   * @default {false}
+   */
+  netLowPorts?: boolean;
 }
 
 /** The descriptor bubblewrap reads the seccomp filter from. */
@@ -59,6 +72,8 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
         env: inner.env,
         cwd: options.cwd,
         ...(options.seccomp ? { seccompFd: SECCOMP_FD } : {}),
+        ...(options.netArgs ? { netArgs: options.netArgs } : {}),
+        ...(options.netLowPorts ? { netLowPorts: true } : {}),
       });
       const seccomp = options.seccomp;
       if (seccomp !== undefined) {

@@ -135,6 +135,13 @@ export interface ConfineSpecOptions {
    * @default {{}}
    */
   env?: Readonly<Record<string, string | null>>;
+  /**
+   * A program the step starts before confining itself (see
+   * {@linkcode ConfineSpec} `forwarder`).
+   *
+   * @default {undefined}
+   */
+  forwarder?: ConfineSpec["forwarder"];
 }
 
 /**
@@ -194,6 +201,9 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
       : "",
     argv: [...options.argv],
     env: { ...options.env },
+    ...(options.forwarder === undefined
+      ? {}
+      : { forwarder: options.forwarder }),
   };
 }
 

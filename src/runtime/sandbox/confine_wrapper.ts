@@ -20,6 +20,8 @@ import {
 } from "./confine_command.ts";
 import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
 import { CONFINE_HELD_ENV_PREFIX } from "./spec.ts";
+import type { NetLayout } from "./net/targets.ts";
+import { forwarderCommand } from "./net/sandbox_net.ts";
 
 /** Options of {@linkcode landlockWrapper}. */
 export interface LandlockWrapperOptions {
@@ -50,6 +52,13 @@ export interface LandlockWrapperOptions {
    * {@linkcode stepEnvironment}.
    */
   stepEnv: Readonly<Record<string, string>>;
+  /**
+   * The worker's forwarded network (`host:port` grants under bubblewrap):
+   * the step starts its forwarder before confining itself.
+   *
+   * @default {undefined}
+   */
+  forwarder?: NetLayout;
 }
 
 /**
@@ -134,6 +143,13 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         cwd: options.cwd,
         argv: inner.argv,
         env: changes,
+        ...(options.forwarder === undefined ? {} : {
+          forwarder: forwarderCommand(
+            options.runner,
+            options.forwarder,
+            options.stepEnv.DENO_DIR,
+          ),
+        }),
       });
       return {
         argv: confinedArgv(options.runner, spec),

@@ -10,6 +10,10 @@
  * @module
  */
 
+/** The way out of a network refusal: a weaker hold, asked for by name. */
+const NET_WEAKER =
+  'or accept the weaker hold (the host\'s network, by port under Landlock) with permissions.enforce "best-effort"';
+
 /** Who has no permission model of its own: Bun, or a user's `command`. */
 type Unmodelled = "bun" | "command";
 
@@ -130,4 +134,18 @@ export const SANDBOX_MESSAGES = {
   bwrapSeccompArch: (arch: string): string =>
     `no system call table for the architecture "${arch}"`,
   bwrapSeccompShell: (shell: string): string => `${shell} is missing`,
+
+  // --- Network grants by host and port (net/). ---
+  netNotByHost: (scopes: readonly string[]): string =>
+    `permissions.net ${
+      JSON.stringify(scopes)
+    } cannot be enforced by host here: without bubblewrap the sandbox is Landlock alone, which holds TCP by port on any host; make bubblewrap usable (it gives the worker a network of its own), grant net: true for the whole network, ${NET_WEAKER}`,
+  netScope: (problem: string): string =>
+    `permissions.net cannot be enforced by host and port: ${problem}; or grant net: true for the whole network, ${NET_WEAKER}`,
+  netNeedsStep: (scopes: readonly string[]): string =>
+    `permissions.net ${
+      JSON.stringify(scopes)
+    } needs the confine step inside bubblewrap to start its network forwarder, and it cannot run here (a compiled program has no runtime to run it, or this kernel has neither Landlock nor seccomp); grant net: true for the whole network, ${NET_WEAKER}`,
+  netBroker: (detail: string): string =>
+    `cannot start the network broker: ${detail}`,
 } as const;

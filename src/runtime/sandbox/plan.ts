@@ -16,6 +16,8 @@ import type { ConfineRunner, ConfineSupport } from "./confine_command.ts";
 import { landlockGaps } from "./landlock.ts";
 import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
 import type { SandboxBackend, SandboxMode } from "./types.ts";
+import { forwardedNet } from "./net/sandbox_net.ts";
+import type { NetLayout } from "./net/targets.ts";
 
 /** What {@linkcode sandboxPlan} needs of a worker's resolved options. */
 export interface SandboxRequest {
@@ -103,6 +105,14 @@ export type SandboxPlan =
     readonly step: PlannedStep | undefined;
     /** Who installs the seccomp filter. */
     readonly seccomp: "step" | "bwrap";
+    /**
+     * The forwarded network of `host:port` grants under bubblewrap (a
+     * network namespace of its own, the parent's broker, the forwarder the
+     * confine step starts), or `undefined`: no `net` scope (loopback only),
+     * `net: true` (the host's network), or a weaker hold accepted with
+     * `enforce: "best-effort"`.
+     */
+    readonly net: NetLayout | undefined;
   };
 
 /** What the confine step can do for these permissions. */
@@ -330,6 +340,7 @@ export function sandboxPlan(
         SAYS.bestEffortLandlock(landlock.reason),
         undefined,
         facts.confineStep,
+        undefined,
       );
     }
     return {
@@ -348,13 +359,57 @@ export function sandboxPlan(
         (landlock?.seccompOnly === true && bwrap !== undefined))
     ? facts.confineStep
     : undefined;
-  return confinedBy(reason, bwrap, step);
+  return confinedBy(
+    reason,
+    bwrap,
+    step,
+    netHold(request, bwrap !== undefined, step !== undefined),
+  );
+}
+
+/**
+ * How a confined worker's `host:port` grants are held: forwarded where
+ * bubblewrap and the confine step both run (each granted target, and
+ * nothing else, for every process of the worker); elsewhere a strict
+ * worker is refused (Landlock alone holds TCP by port on any host; a scope
+ * without a port, a wildcard or an address outside loopback cannot be
+ * forwarded), and `enforce: "best-effort"` accepts the weaker hold (the
+ * host's network, by port under Landlock).
+ *
+ * @throws {PermissionError} (`permission: "net"`) naming the scope, what
+ *   would hold instead, and the fixes.
+ */
+function netHold(
+  request: SandboxRequest,
+  bwrap: boolean,
+  step: boolean,
+): NetLayout | undefined {
+  const wanted = forwardedNet(request.permissions);
+  if (wanted === undefined) return undefined;
+  if (request.permissions.enforce === "best-effort") {
+    return bwrap && step && !("problem" in wanted) ? wanted : undefined;
+  }
+  const net = request.permissions.net;
+  const scopes = net === true ? [] : net;
+  const detail = !bwrap
+    ? SAYS.netNotByHost(scopes)
+    : "problem" in wanted
+    ? SAYS.netScope(wanted.problem)
+    : !step
+    ? SAYS.netNeedsStep(scopes)
+    : undefined;
+  if (detail === undefined) return wanted as NetLayout;
+  throw new PermissionError(detail, {
+    module: request.module,
+    permission: "net",
+  });
 }
 
 function confinedBy(
   reason: string,
   bwrap: string | undefined,
   step: PlannedStep | undefined,
+  net: NetLayout | undefined,
 ): SandboxPlan {
   const backends: SandboxBackend[] = [];
   if (bwrap !== undefined) backends.push("bwrap");
@@ -368,5 +423,6 @@ function confinedBy(
     bwrap,
     step,
     seccomp: step === undefined ? "bwrap" : "step",
+    net,
   };
 }

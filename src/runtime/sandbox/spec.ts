@@ -60,6 +60,16 @@ export interface ConfineSpec {
    * writable cache of its own could otherwise poison).
    */
   readonly env: Readonly<Record<string, string | null>>;
+  /**
+   * A program the step starts before it confines itself (the network
+   * forwarder of a worker with `host:port` grants: it keeps the sandbox's
+   * capabilities, the worker gets none), with its whole environment; absent:
+   * none.
+   */
+  readonly forwarder?: {
+    readonly argv: readonly string[];
+    readonly env: Readonly<Record<string, string>>;
+  };
 }
 
 /**
@@ -130,6 +140,19 @@ export function decodeConfineSpec(text: string): ConfineSpec {
       (value === null || (typeof value === "string" && !value.includes("\0")))
     )
   ) fail("env is not a map of variable names to strings or null");
+  const forwarder = spec.forwarder;
+  if (forwarder !== undefined) {
+    const f = forwarder as Record<string, unknown> | null;
+    if (
+      typeof f !== "object" || f === null || !Array.isArray(f.argv) ||
+      f.argv.length === 0 ||
+      !f.argv.every((arg) => typeof arg === "string" && !arg.includes("\0")) ||
+      typeof f.env !== "object" || f.env === null ||
+      !Object.entries(f.env).every(([name, value]) =>
+        name !== "" && !name.includes("=") && typeof value === "string"
+      )
+    ) fail("forwarder is not a command with an environment");
+  }
   const ruleset = spec.landlock;
   if (ruleset !== null) {
     if (typeof ruleset !== "object" || ruleset === undefined) {

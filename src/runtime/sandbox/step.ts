@@ -47,6 +47,7 @@ const ENOSYS = 38;
 const EOPNOTSUPP = 95;
 const LINUX_CAPABILITY_VERSION_3 = 0x20080522;
 const LAST_CAPABILITY = 63;
+const CAP_SETPCAP = 8;
 
 /** The libc functions the step calls; every pointer is an address. */
 interface Libc {
@@ -356,10 +357,17 @@ function landlockAbi(libc: Libc): number {
 }
 
 function dropCapabilities(libc: Libc): void {
-  // Drop the bounding set first (needs CAP_SETPCAP), then every set.
-  for (let cap = 0; cap <= LAST_CAPABILITY; cap++) {
+  // Drop the bounding set first (needs CAP_SETPCAP, so that one last), then
+  // every set.
+  const order = [
+    ...Array.from({ length: LAST_CAPABILITY + 1 }, (_, cap) => cap).filter(
+      (cap) => cap !== CAP_SETPCAP,
+    ),
+    CAP_SETPCAP,
+  ];
+  for (const cap of order) {
     const has = libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
-    if (has < 0) break; // past the last capability this kernel knows
+    if (has < 0) continue; // past the last capability this kernel knows
     if (has === 1 && libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) !== 0) {
       throw new StepError(
         `cannot drop capability ${cap} from the bounding set`,
@@ -367,6 +375,15 @@ function dropCapabilities(libc: Libc): void {
       );
     }
   }
+  clearCapabilities(libc);
+}
+
+/**
+ * Clears the ambient, inheritable, permitted and effective sets (a process
+ * not run by root gains nothing from the bounding set at exec, and
+ * no-new-privileges ignores file capabilities).
+ */
+function clearCapabilities(libc: Libc): void {
   libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   const header = new Uint8Array(8);
   new DataView(header.buffer).setUint32(0, LINUX_CAPABILITY_VERSION_3, true);
@@ -497,6 +514,55 @@ function decodeBase64(text: string): Uint8Array {
   return bytes;
 }
 
+/**
+ * Starts the network forwarder (a process of its own, beside the worker:
+ * see src/runtime/sandbox/net/forwarder.ts) with its own environment and
+ * no stdin or stdout (the worker's pipes), its stderr the worker's.
+ */
+function startForwarder(
+  forwarder: NonNullable<ConfineSpec["forwarder"]>,
+): void {
+  const [program = "", ...args] = forwarder.argv;
+  const env = { ...forwarder.env };
+  const runtime = globalThis as unknown as {
+    Bun?: {
+      spawn(argv: string[], options: Record<string, unknown>): unknown;
+    };
+    Deno?: {
+      Command: new (
+        program: string,
+        options: Record<string, unknown>,
+      ) => { spawn(): unknown };
+    };
+  };
+  try {
+    if (runtime.Bun !== undefined) {
+      runtime.Bun.spawn([program, ...args], {
+        env,
+        stdin: "ignore",
+        stdout: "ignore",
+        stderr: "inherit",
+      });
+    } else if (runtime.Deno !== undefined) {
+      new runtime.Deno.Command(program, {
+        args,
+        env,
+        clearEnv: true,
+        stdin: "null",
+        stdout: "null",
+        stderr: "inherit",
+      }).spawn();
+    } else throw new Error("no runtime to spawn it with");
+  } catch (error: unknown) {
+    throw new StepError(
+      `cannot start the network forwarder: ${
+        error instanceof Error ? error.message : String(error)
+      }`,
+      0,
+    );
+  }
+}
+
 /** Confines this process as the spec says, then replaces it with the worker. */
 function confineAndExec(libc: Libc, spec: ConfineSpec): never {
   const dir = cString(spec.cwd);
@@ -506,7 +572,11 @@ function confineAndExec(libc: Libc, spec: ConfineSpec): never {
       libc.errno(),
     );
   }
+  // Before the capabilities go: the forwarder may need to listen on a port
+  // below 1024 (bubblewrap then adds CAP_NET_BIND_SERVICE for this step).
+  if (spec.forwarder !== undefined) startForwarder(spec.forwarder);
   if (libc.geteuid() === 0) dropCapabilities(libc);
+  else clearCapabilities(libc);
   if (libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) !== 0) {
     throw new StepError("cannot set no-new-privileges", libc.errno());
   }

@@ -19,6 +19,8 @@ import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
 import type { SandboxPlan } from "./plan.ts";
 import { seccompArch, seccompFilter } from "./seccomp.ts";
 import { seccompFile } from "./seccomp_file.ts";
+import type { NetBroker } from "./net/broker.ts";
+import { bindsLowPorts, netBwrapArgs } from "./net/sandbox_net.ts";
 
 /** The private code cache of a sandboxed Deno worker, as the launch prepared it. */
 export interface PlannedCodeCache {
@@ -44,6 +46,13 @@ export interface SandboxWrappersOptions {
   codeCache: PlannedCodeCache | undefined;
   /** Registers a callback run when this process exits (the seccomp file's directory goes then). */
   onExit: (callback: () => void) => void;
+  /**
+   * The broker of the plan's forwarded network (`plan.net`), started by the
+   * launch.
+   *
+   * @default {undefined}
+   */
+  network?: NetBroker;
 }
 
 /**
@@ -80,6 +89,7 @@ export function sandboxWrappers(
       alone: plan.bwrap === undefined,
       executables: [options.binary],
       stepEnv: plan.step.stepEnv,
+      ...(plan.net === undefined ? {} : { forwarder: plan.net }),
     }));
   }
   if (plan.bwrap !== undefined) {
@@ -89,6 +99,12 @@ export function sandboxWrappers(
       permissions,
       cwd: options.cwd,
       ...(plan.seccomp === "bwrap" ? { seccomp: bwrapSeccomp(options) } : {}),
+      ...(plan.net !== undefined && options.network !== undefined
+        ? {
+          netArgs: netBwrapArgs(options.network, plan.net),
+          netLowPorts: bindsLowPorts(plan.net),
+        }
+        : {}),
     }));
   }
   return wrappers;
