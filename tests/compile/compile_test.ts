@@ -18,7 +18,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, needs, skipUnless } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needs, skipUnless } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

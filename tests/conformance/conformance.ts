@@ -72,7 +72,9 @@ import {
   type Message,
   MESSAGE_VERSION,
 } from "../../src/protocol/messages.ts";
-import { isAlive, rejection, skipUnless, until, within } from "../_helpers.ts";
+import { isAlive } from "../_helpers/processes.ts";
+import { skipUnless } from "../_helpers/tools.ts";
+import { rejection, until, within } from "../_helpers/wait.ts";
 
 /** The ops of a conformance worker (see the module documentation). */
 export interface ConformanceOps {

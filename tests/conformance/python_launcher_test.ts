@@ -6,14 +6,10 @@ import assert from "node:assert/strict";
 import { copyFileSync, cpSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { session, WorkerStartError } from "../../mod.ts";
-import {
-  checkNoLeaks,
-  needs,
-  needsSandbox,
-  rejection,
-  type ScratchDir,
-  scratchDir,
-} from "../_helpers.ts";
+import { type ScratchDir, scratchDir } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needs, needsSandbox } from "../_helpers/tools.ts";
+import { rejection } from "../_helpers/wait.ts";
 import { findPython, PYTHON_ENTRY } from "./_python.ts";
 
 checkNoLeaks();

@@ -10,15 +10,11 @@ import process from "node:process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { oneShot, RemoteError, session, WorkerStartError } from "../../mod.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  needs,
-  needsSandbox,
-  rejection,
-  scratchDir,
-  until,
-} from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needs, needsSandbox } from "../_helpers/tools.ts";
+import { rejection, until } from "../_helpers/wait.ts";
 import { findPython, PYTHON_ENTRY, pythonFixture } from "./_python.ts";
 import { conformance } from "./conformance.ts";
 

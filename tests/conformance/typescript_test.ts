@@ -3,7 +3,8 @@
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 import { conformance } from "./conformance.ts";
 
 checkNoLeaks();

@@ -22,7 +22,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, needs, needsWorkers, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needs, needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

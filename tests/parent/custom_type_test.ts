@@ -3,12 +3,10 @@ import assert from "node:assert/strict";
 import { registerType, session } from "../../mod.ts";
 import { Money } from "../fixtures/money.ts";
 import type money from "../fixtures/money_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -15,17 +15,12 @@ import {
   PYTHON_ENTRY,
   pythonFixture,
 } from "../conformance/_python.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  hasTool,
-  needs,
-  needsWorkers,
-  rejection,
-  RUNTIME,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool, needs, needsWorkers } from "../_helpers/tools.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

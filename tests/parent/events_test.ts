@@ -27,16 +27,11 @@ import {
   PYTHON_ENTRY,
   pythonFixture,
 } from "../conformance/_python.ts";
-import {
-  checkNoLeaks,
-  fixture,
-  needs,
-  needsWorkers,
-  rejection,
-  RUNTIME,
-  until,
-  within,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needs, needsWorkers } from "../_helpers/tools.ts";
+import { rejection, until, within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -13,14 +13,10 @@ import {
   WorkerTimeoutError,
 } from "../../mod.ts";
 import type outcome from "../fixtures/outcome_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  rejection,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -2,14 +2,11 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import process from "node:process";
-import {
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  needsWorkers,
-  RUNTIME,
-  until,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

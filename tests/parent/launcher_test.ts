@@ -14,16 +14,10 @@ import {
   PYTHON_ENTRY,
   pythonFixture,
 } from "../conformance/_python.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  isAlive,
-  liveChildren,
-  needs,
-  skipUnless,
-  until,
-  within,
-} from "../_helpers.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive, liveChildren } from "../_helpers/processes.ts";
+import { needs, skipUnless } from "../_helpers/tools.ts";
+import { until, within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

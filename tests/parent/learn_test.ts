@@ -9,7 +9,8 @@ import {
   permissionsFromAudit,
 } from "../../unstable_learn.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
-import { checkNoLeaks, fixture } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
 
 checkNoLeaks();
 

@@ -6,7 +6,9 @@ import assert from "node:assert/strict";
 import { pool, session, type TimingSummary } from "../../mod.ts";
 import { CallMetrics, Histogram } from "../../src/parent/_metrics.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
-import { checkNoLeaks, fixture, needsWorkers } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

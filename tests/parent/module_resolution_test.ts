@@ -3,16 +3,12 @@ import assert from "node:assert/strict";
 import { tmpdir } from "node:os";
 import { session, WorkerStartError } from "../../mod.ts";
 import type project from "../fixtures/project/workers/project_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-  OTHER_RUNTIME,
-  rejection,
-  RUNTIME,
-  testOn,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { OTHER_RUNTIME, RUNTIME, testOn } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -18,7 +18,9 @@ import {
   memoryRuntime,
   type MemoryRuntimeOptions,
 } from "../_memory_adapter.ts";
-import { captureLog, fixture, rejection, until, within } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { rejection, until, within } from "../_helpers/wait.ts";
 
 const MODULE = fixture("memory_worker.ts");
 const quiet = captureLog();

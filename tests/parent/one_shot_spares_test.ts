@@ -8,17 +8,12 @@ import process from "node:process";
 import { oneShot, SessionClosedError, WorkerStartError } from "../../mod.ts";
 import { liveWorkers } from "../../testing.ts";
 import type spareWorker from "../fixtures/spare_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  needsWorkers,
-  rejection,
-  RUNTIME,
-  scratchDir,
-  until,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { rejection, until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

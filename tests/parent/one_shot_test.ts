@@ -13,15 +13,11 @@ import {
 import { liveWorkers } from "../../testing.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
 import type sqlite from "../fixtures/sqlite_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  liveChildren,
-  needsWorkers,
-  until,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive, liveChildren } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 function readLines(path: string): string[] {
   try {

@@ -7,14 +7,11 @@ import { join } from "node:path";
 import process from "node:process";
 import { PermissionError, RemoteError, session } from "../../mod.ts";
 import type permissions from "../fixtures/permissions_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsSandbox,
-  needsWorkers,
-  RUNTIME,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsSandbox, needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -10,15 +10,11 @@ import type memory from "../fixtures/memory_worker.ts";
 import { memoryWorker } from "../fixtures/memory_worker.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
 import { memoryRuntime } from "../_memory_adapter.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-  rejection,
-  until,
-  within,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { rejection, until, within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

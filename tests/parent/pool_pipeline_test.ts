@@ -11,7 +11,9 @@ import type memory from "../fixtures/memory_worker.ts";
 import { memoryWorker } from "../fixtures/memory_worker.ts";
 import { memoryRuntime } from "../_memory_adapter.ts";
 import { defineWorker } from "../../worker.ts";
-import { captureLog, fixture, rejection, until, within } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { rejection, until, within } from "../_helpers/wait.ts";
 
 const MODULE = fixture("memory_worker.ts");
 const quiet = captureLog();

@@ -10,15 +10,11 @@ import {
   WorkerCrashedError,
 } from "../../mod.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  needsWorkers,
-  scratchDir,
-  until,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -23,17 +23,12 @@ import {
 } from "../../mod.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
 import type sqlite from "../fixtures/sqlite_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  liveChildren,
-  needsWorkers,
-  OTHER_RUNTIME,
-  until,
-  within,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive, liveChildren } from "../_helpers/processes.ts";
+import { OTHER_RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { until, within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

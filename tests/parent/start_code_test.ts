@@ -3,13 +3,11 @@ import assert from "node:assert/strict";
 import { oneShot, pool, session, WorkerStartError } from "../../mod.ts";
 import { setStartCodeImporterForTest } from "../../src/parent/_launch.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-  rejection,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

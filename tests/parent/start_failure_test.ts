@@ -14,16 +14,12 @@ import {
   session,
   WorkerStartError,
 } from "../../mod.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needs,
-  rejection,
-  RUNTIME,
-  scratchDir,
-  skipUnless,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needs, skipUnless } from "../_helpers/tools.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

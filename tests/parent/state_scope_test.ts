@@ -6,13 +6,11 @@ import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { pool, session, stateScope } from "../../mod.ts";
 import type sqlite from "../fixtures/sqlite_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-  until,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

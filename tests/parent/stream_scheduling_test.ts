@@ -9,7 +9,9 @@ import assert from "node:assert/strict";
 import { type CallOptions, session, WorkerCrashedError } from "../../mod.ts";
 import { defineWorker } from "../../worker.ts";
 import { memoryRuntime } from "../_memory_adapter.ts";
-import { captureLog, fixture, rejection, until } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { rejection, until } from "../_helpers/wait.ts";
 
 const MODULE = fixture("memory_worker.ts");
 const quiet = captureLog();

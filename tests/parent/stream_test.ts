@@ -16,13 +16,10 @@ import type streamWorker from "../fixtures/stream_worker.ts";
 import type { Row } from "../fixtures/stream_worker.ts";
 import { liveWorkers } from "../../testing.ts";
 import { defineWorker } from "../../worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  until,
-  within,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { until, within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

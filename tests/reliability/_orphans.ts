@@ -10,7 +10,7 @@ import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { isAlive } from "../_helpers.ts";
+import { isAlive } from "../_helpers/processes.ts";
 
 const FIXTURE = fileURLToPath(
   new URL("../fixtures/reliability/orphan_parent.ts", import.meta.url),

@@ -11,12 +11,9 @@ import {
   type WorkerOptions,
   WorkerStartError,
 } from "../../mod.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  liveChildren,
-  needsWorkers,
-} from "../_helpers.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, liveChildren } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -9,13 +9,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { pool, session, WorkerCrashedError } from "../../mod.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  needsWorkers,
-  RUNTIME,
-  within,
-} from "../_helpers.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { within } from "../_helpers/wait.ts";
 import {
   accounting,
   type ChaosOptions,

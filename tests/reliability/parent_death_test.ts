@@ -7,7 +7,9 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
-import { checkNoLeaks, isAlive, needs, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needs } from "../_helpers/tools.ts";
 import {
   type OrphanParent,
   type OrphanTrial,

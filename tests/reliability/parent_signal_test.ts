@@ -10,7 +10,9 @@
 // without bubblewrap (Landlock alone).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { checkNoLeaks, needs, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needs } from "../_helpers/tools.ts";
 import { startOrphanParent } from "./_orphans.ts";
 
 checkNoLeaks();

@@ -14,14 +14,11 @@ import {
   WorkerTimeoutError,
 } from "../../mod.ts";
 import { readRssBytes } from "../../src/runtime/proc.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  isAlive,
-  needsWorkers,
-  RUNTIME,
-  until,
-} from "../_helpers.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -23,13 +23,10 @@ import {
   builtBunEntryBundle,
   bunEntryBundle,
 } from "../../src/runtime/bun_entry.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

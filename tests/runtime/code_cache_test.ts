@@ -19,16 +19,11 @@ import { pathToFileURL } from "node:url";
 import process from "node:process";
 import { spawn } from "node:child_process";
 import { oneShot, session, WorkerTimeoutError } from "../../mod.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  liveChildren,
-  needsSandbox,
-  rejection,
-  scratchDir,
-  until,
-  within,
-} from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, liveChildren } from "../_helpers/processes.ts";
+import { needsSandbox } from "../_helpers/tools.ts";
+import { rejection, until, within } from "../_helpers/wait.ts";
 import {
   markWarmUpStuck,
   prepareCodeCache,

@@ -21,15 +21,11 @@ import { isStartupVariable } from "../../src/runtime/sandbox/bwrap.ts";
 import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { detect } from "../../src/runtime/detect.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needs,
-  needsSandbox,
-  OTHER_RUNTIME,
-  RUNTIME,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { OTHER_RUNTIME, RUNTIME } from "../_helpers/runtime.ts";
+import { needs, needsSandbox } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

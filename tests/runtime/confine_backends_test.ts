@@ -2,7 +2,9 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { chmodSync, realpathSync, writeFileSync } from "node:fs";
 import { bwrapUsable } from "../../src/runtime/sandbox/facts.ts";
-import { checkNoLeaks, hasTool, needs, scratchDir } from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { hasTool, needs } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -26,7 +26,8 @@ import {
   CONFINE_FAILED_EXIT_CODE,
   CONFINE_STDERR_PREFIX,
 } from "../../src/runtime/sandbox/spec.ts";
-import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 
 checkNoLeaks();
 

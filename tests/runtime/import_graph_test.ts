@@ -15,7 +15,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import process from "node:process";
-import { fixture } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const local = join(root, "node_modules", ".bin", "deno");

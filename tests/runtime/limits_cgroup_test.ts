@@ -22,14 +22,11 @@ import {
   openCgroupBackend,
   parseProcStat,
 } from "../../src/runtime/sandbox/limits/open_cgroups.ts";
-import {
-  checkNoLeaks,
-  isAlive,
-  RUNTIME,
-  scratchDir,
-  skipUnless,
-  until,
-} from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { skipUnless } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -19,7 +19,9 @@ import {
   type NetConnectionEvent,
   startNetBroker,
 } from "../../src/runtime/sandbox/net/broker.ts";
-import { checkNoLeaks, RUNTIME, until, within } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { until, within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { fixture } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
 import { join } from "node:path";
 import {
   availableParallelism,

@@ -24,7 +24,10 @@ import {
 } from "../../src/runtime/sandbox/bwrap.ts";
 import { exitThroughWrapper } from "../../src/runtime/launch/exit.ts";
 import { findExecutable } from "../../src/runtime/launch/executable.ts";
-import { checkNoLeaks, RUNTIME, skipUnless, within } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { skipUnless } from "../_helpers/tools.ts";
+import { within } from "../_helpers/wait.ts";
 import { BASE, refuse } from "./_bwrap.ts";
 
 checkNoLeaks();

@@ -2,7 +2,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { detect } from "../../src/runtime/detect.ts";
 import type { ChildHandle } from "../../src/runtime/types.ts";
-import { checkNoLeaks, within } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

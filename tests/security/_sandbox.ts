@@ -6,7 +6,7 @@
  * @module
  */
 
-import { needs, needsSandbox } from "../_helpers.ts";
+import { needs, needsSandbox } from "../_helpers/tools.ts";
 
 /** The hostile worker fixture. */
 export const HOSTILE: URL = new URL(

@@ -25,7 +25,10 @@ import {
   builtBunEntryBundle,
   bunEntryBundle,
 } from "../../src/runtime/bun_entry.ts";
-import { checkNoLeaks, needs, scratchDir, until } from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needs } from "../_helpers/tools.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

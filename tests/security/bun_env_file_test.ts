@@ -9,7 +9,7 @@ import { mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { session } from "../../mod.ts";
-import { checkNoLeaks } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
 import { HOSTILE, sandboxSkip } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 

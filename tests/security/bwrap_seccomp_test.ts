@@ -18,7 +18,8 @@ import { findExecutable } from "../../src/runtime/launch/executable.ts";
 import { seccompFile } from "../../src/runtime/sandbox/seccomp_file.ts";
 import { bwrapWrapper } from "../../src/runtime/sandbox/bwrap_wrapper.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
-import { checkNoLeaks, needs } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needs } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -37,7 +37,9 @@ import process from "node:process";
 import { session } from "../../mod.ts";
 import { builtBunEntryBundle } from "../../src/runtime/bun_entry.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
-import { captureLog, checkNoLeaks, fixture, scratchDir } from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
 import { bwrapSkip, sandboxSkip } from "./_sandbox.ts";
 
 checkNoLeaks();

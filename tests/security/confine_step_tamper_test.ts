@@ -8,7 +8,9 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, hasTool, needs, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool, needs } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

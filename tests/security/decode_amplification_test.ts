@@ -15,7 +15,10 @@ import {
   decodeValue,
 } from "../../src/protocol/decode_value.ts";
 import { readRssBytes } from "../../src/runtime/proc.ts";
-import { captureLog, checkNoLeaks, fixture, rejection } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { rejection } from "../_helpers/wait.ts";
 import {
   AMPLIFIER_AREA_BYTES,
   AMPLIFIERS,

@@ -21,13 +21,10 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  needs,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needs } from "../_helpers/tools.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 
 checkNoLeaks();

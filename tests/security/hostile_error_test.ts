@@ -17,7 +17,10 @@ import {
   describeValue,
   toRemoteError,
 } from "../../src/parent/_remote_error.ts";
-import { captureLog, checkNoLeaks, fixture, within } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

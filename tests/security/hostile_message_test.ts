@@ -9,7 +9,10 @@ import assert from "node:assert/strict";
 import { ProtocolError, session, WorkerCrashedError } from "../../mod.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
 import { decodeMessage, MESSAGE_VERSION } from "../../src/protocol/messages.ts";
-import { captureLog, checkNoLeaks, fixture, rejection } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { session } from "../../mod.ts";
-import { checkNoLeaks } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
 import { HOSTILE, sandboxSkip } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 

@@ -13,15 +13,11 @@ import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { detect } from "../../src/runtime/detect.ts";
 import type confine from "../fixtures/security/confine_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  hasTool,
-  needs,
-  RUNTIME,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool, needs } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -22,16 +22,11 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { cgroupBackend } from "../../src/runtime/sandbox/limits/open_cgroups.ts";
-import {
-  checkNoLeaks,
-  fixture,
-  needsWorkers,
-  rejection,
-  RUNTIME,
-  scratchDir,
-  skipUnless,
-  until,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers, skipUnless } from "../_helpers/tools.ts";
+import { rejection, until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

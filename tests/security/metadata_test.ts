@@ -16,13 +16,10 @@ import assert from "node:assert/strict";
 import { chmodSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  RUNTIME,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 import { NATIVE_PRELUDE } from "./_native.ts";
 

@@ -20,7 +20,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { session } from "../../mod.ts";
 import { workerMounts } from "../../src/runtime/sandbox/mounts.ts";
-import { checkNoLeaks } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 

@@ -21,16 +21,12 @@ import {
 } from "../../mod.ts";
 import type netWorker from "../fixtures/security/net_worker.ts";
 import { type PostgresServer, startPostgres } from "../_postgres.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  hasTool,
-  needs,
-  rejection,
-  RUNTIME,
-  until,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool, needs } from "../_helpers/tools.ts";
+import { rejection, until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

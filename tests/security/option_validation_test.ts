@@ -6,7 +6,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { session } from "../../mod.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
-import { checkNoLeaks, liveChildren } from "../_helpers.ts";
+import { checkNoLeaks, liveChildren } from "../_helpers/processes.ts";
 import { HOSTILE } from "./_sandbox.ts";
 
 checkNoLeaks();

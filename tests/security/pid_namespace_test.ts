@@ -9,7 +9,8 @@ import { readFileSync, realpathSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { type PermissionsOption, session } from "../../mod.ts";
-import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 import { bwrapSkip, HOSTILE } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 

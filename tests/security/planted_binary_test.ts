@@ -25,7 +25,8 @@ import {
   findExecutable,
   recordWorkerWritable,
 } from "../../src/runtime/launch/executable.ts";
-import { checkNoLeaks, needsSandbox } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsSandbox } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -13,7 +13,10 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { checkNoLeaks, hasTool, RUNTIME, scratchDir } from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool } from "../_helpers/tools.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 
 checkNoLeaks();

@@ -14,14 +14,11 @@ import { spawn } from "node:child_process";
 import process from "node:process";
 import { session } from "../../mod.ts";
 import type confine from "../fixtures/security/confine_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  needsSandbox,
-  RUNTIME,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsSandbox } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

@@ -14,7 +14,10 @@ import { createServer, type Server } from "node:net";
 import { createSocket, type Socket } from "node:dgram";
 import { session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
-import { captureLog, checkNoLeaks, fixture, RUNTIME } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 import { NATIVE_PRELUDE } from "./_native.ts";
 

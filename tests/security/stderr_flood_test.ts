@@ -12,7 +12,9 @@ import {
   OutputTail,
   STDERR_TAIL_BYTES,
 } from "../../src/parent/_log.ts";
-import { checkNoLeaks, fixture, until } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

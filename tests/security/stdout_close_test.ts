@@ -9,7 +9,10 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { session, WorkerCrashedError } from "../../mod.ts";
-import { checkNoLeaks, fixture, needsSandbox, within } from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { needsSandbox } from "../_helpers/tools.ts";
+import { within } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -10,7 +10,10 @@ import assert from "node:assert/strict";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { ProtocolError, session, WorkerStartError } from "../../mod.ts";
-import { captureLog, checkNoLeaks, rejection, RUNTIME } from "../_helpers.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

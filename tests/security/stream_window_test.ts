@@ -8,7 +8,10 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { ProtocolError, session, WorkerCrashedError } from "../../mod.ts";
 import { liveWorkers } from "../../testing.ts";
-import { captureLog, checkNoLeaks, RUNTIME, until } from "../_helpers.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

@@ -18,7 +18,8 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PermissionError, session } from "../../mod.ts";
-import { checkNoLeaks, RUNTIME } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 import { HOSTILE, sandboxSkip } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 

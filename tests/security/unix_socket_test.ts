@@ -9,15 +9,11 @@ import assert from "node:assert/strict";
 import { createServer, type Server } from "node:net";
 import { session } from "../../mod.ts";
 import type confine from "../fixtures/security/confine_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  hasTool,
-  needsSandbox,
-  RUNTIME,
-  scratchDir,
-} from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool, needsSandbox } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 

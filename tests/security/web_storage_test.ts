@@ -10,7 +10,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { session } from "../../mod.ts";
-import { checkNoLeaks } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
 import { HOSTILE, sandboxSkip } from "./_sandbox.ts";
 import type hostile from "../fixtures/security/hostile_worker.ts";
 

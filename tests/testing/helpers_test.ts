@@ -1,4 +1,4 @@
-// The suite's own helpers (tests/_helpers.ts): rejection(), scratchDir(),
+// The suite's own helpers (tests/_helpers/): rejection(), scratchDir(),
 // needs() and skipUnless() without a reason (with one, it registers a skip,
 // or under AIRLOCK_REQUIRE_TOOLS=1 a failing test), so a helper that stopped
 // failing would be seen.
@@ -6,13 +6,9 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, writeFileSync } from "node:fs";
 import { RemoteError, WorkerCrashedError } from "../../mod.ts";
-import {
-  hasTool,
-  needs,
-  rejection,
-  scratchDir,
-  skipUnless,
-} from "../_helpers.ts";
+import { scratchDir } from "../_helpers/files.ts";
+import { hasTool, needs, skipUnless } from "../_helpers/tools.ts";
+import { rejection } from "../_helpers/wait.ts";
 
 describe("rejection()", () => {
   test("rejection() returns the error of the expected class", async () => {

@@ -24,16 +24,12 @@ import {
   workersGone,
 } from "../../testing.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
-import {
-  captureLog,
-  checkNoLeaks,
-  fixture,
-  isAlive,
-  needsWorkers,
-  rejection,
-  RUNTIME,
-  until,
-} from "../_helpers.ts";
+import { fixture } from "../_helpers/files.ts";
+import { captureLog } from "../_helpers/log.ts";
+import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
+import { rejection, until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
 

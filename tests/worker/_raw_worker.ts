@@ -15,7 +15,7 @@ import {
   type Message,
 } from "../../src/protocol/messages.ts";
 import { denoMainModule } from "../../src/runtime/launch/deno_command.ts";
-import { RUNTIME } from "../_helpers.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 
 const ENTRY = new URL("../../workers/entry.ts", import.meta.url);
 

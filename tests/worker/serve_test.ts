@@ -11,7 +11,9 @@ import {
   FRAME_HEADER_BYTES,
   writeFrameHeader,
 } from "../../src/protocol/frame.ts";
-import { checkNoLeaks, RUNTIME, testOn, within } from "../_helpers.ts";
+import { checkNoLeaks } from "../_helpers/processes.ts";
+import { RUNTIME, testOn } from "../_helpers/runtime.ts";
+import { within } from "../_helpers/wait.ts";
 import { difference, valueArb } from "../protocol/_arbitraries.ts";
 import { spawnRawWorker } from "./_raw_worker.ts";
 
