@@ -1,11 +1,12 @@
 /**
  * Learn mode (experimental, a development aid): find the `permissions` a
- * Deno worker needs in one run. The worker runs with everything granted and
- * Deno's permission audit on (`DENO_AUDIT_PERMISSIONS`, Deno 2.7 and
- * later); every access Deno checked during the calls becomes a suggested
- * `permissions` object. Native code is not audited: see `unseen` in the
- * result, and docs/permissions.md, "Learn mode". Never use it in
- * production: the worker is unconfined while it learns.
+ * worker needs in one call. On Deno, one run with everything granted and
+ * Deno's permission audit on (`DENO_AUDIT_PERMISSIONS`, Deno 2.7 and later)
+ * gives a first suggestion; runs under the OS sandbox add what it refuses
+ * (native code's accesses too) until the calls pass; then each entry is
+ * removed in turn and kept only if the calls then fail. See
+ * docs/permissions.md, "Learn mode". Never use it in production: the audit
+ * run is unconfined.
  *
  * ```ts ignore
  * import { learnPermissions } from "@airlock/airlock/unstable-learn";

@@ -36,6 +36,7 @@ interface ErrorFields {
   syscall: unknown;
   address: unknown;
   port: unknown;
+  stack: unknown;
 }
 
 /** How deep the cause chain is searched for an access failure. */
@@ -74,7 +75,8 @@ export function accessHint(
     for (let depth = 0; depth < MAX_CAUSE_DEPTH; depth++) {
       if (typeof current !== "object" || current === null) return undefined;
       const fields = readFields(current);
-      const hint = notCapableHint(fields) ?? errnoHint(fields, context);
+      const hint = notCapableHint(fields) ?? interfacesHint(fields, context) ??
+        errnoHint(fields, context);
       if (hint !== undefined) return hint;
       current = Object.getOwnPropertyDescriptor(current, "cause")?.value;
     }
@@ -96,6 +98,7 @@ function readFields(value: object): ErrorFields {
     syscall: own("syscall"),
     address: own("address"),
     port: own("port"),
+    stack: own("stack"),
   };
 }
 
@@ -119,6 +122,28 @@ function notCapableHint(fields: ErrorFields): string | undefined {
   return `a worker's permissions come from its options, not from Deno's flags: grant it with permissions.${kind}: [${
     JSON.stringify(target)
   }] instead of ${flag}`;
+}
+
+/**
+ * A bare `EPERM` from listing the network interfaces: the netlink socket
+ * `os.networkInterfaces()` opens is refused under the OS sandbox without a
+ * net grant, and the error names no path. `process.report.getReport()`
+ * lists them, and detect-libc calls it (lmdb and @libsql/client load
+ * their add-on through it).
+ */
+function interfacesHint(
+  fields: ErrorFields,
+  context: HintContext,
+): string | undefined {
+  if (!context.sandboxed || context.permissions.net === true) return undefined;
+  if (fields.name !== "PermissionDenied" && fields.code !== "EPERM") {
+    return undefined;
+  }
+  if (
+    typeof fields.stack !== "string" ||
+    !fields.stack.includes("networkInterfaces")
+  ) return undefined;
+  return "the OS sandbox refused the socket that lists the network interfaces (os.networkInterfaces(), which process.report.getReport() calls: detect-libc does, for lmdb and @libsql/client): listing them needs permissions.net: true";
 }
 
 /** An errno failure on a path (or host) the grants do not cover. */
@@ -274,4 +299,43 @@ function covers(
     absolute === scope ||
     absolute.startsWith(scope.endsWith("/") ? scope : `${scope}/`)
   );
+}
+
+/** A grant a hint names, as `permissions` spells it. */
+export interface HintedGrant {
+  /** The kind: `"read"`, `"write"`, `"net"`, `"env"`, `"run"`, `"ffi"` or `"sys"`. */
+  kind: string;
+  /** The scope to add, or `true` when the hint could name none. */
+  value: string | true;
+}
+
+/**
+ * Every hint above names its grant in one of two spellings,
+ * `permissions: { read: ["/x"] }` or `permissions.sys: ["uid"]` (or
+ * `permissions.env: true`): this reads it back.
+ */
+const HINTED_GRANT =
+  /permissions(?:\.(read|write|net|env|run|ffi|sys): |: \{ (read|write|net|env|run|ffi|sys): )(?:\[("(?:[^"\\]|\\.)*")\]|(true))/;
+
+/**
+ * The grant a hint of this module names, read back from its text (a
+ * `RemoteError`'s `hint`, or a start error's message, which carries it).
+ * Learn mode adds it and runs again.
+ *
+ * @param text The hint, or a message holding one.
+ * @returns The grant, or `undefined` when the text names none.
+ */
+export function grantInHint(text: string): HintedGrant | undefined {
+  const match = HINTED_GRANT.exec(text);
+  if (!match) return undefined;
+  const kind = (match[1] ?? match[2])!;
+  if (match[4] === "true" || match[3] === undefined) {
+    return { kind, value: true };
+  }
+  try {
+    const value = JSON.parse(match[3]) as unknown;
+    return typeof value === "string" ? { kind, value } : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,9 +1,12 @@
 /**
- * Learn mode, a development aid: runs a Deno worker with everything granted
- * under Deno's permission audit (`DENO_AUDIT_PERMISSIONS`, Deno 2.7 and
- * later), makes the calls given, and turns every permission check Deno
- * recorded into a suggested `permissions` object. Never for production: the
- * worker runs unconfined while it learns.
+ * Learn mode, a development aid, in three steps: (1) on Deno, one run with
+ * everything granted under Deno's permission audit
+ * (`DENO_AUDIT_PERMISSIONS`, written to the worker's stderr, so the parent
+ * needs no write access) gives a first suggestion; (2) runs under the OS
+ * sandbox add each grant a refusal's hint names (native code's accesses
+ * too, which the audit cannot see) until the calls pass; (3) each entry is
+ * removed in turn and kept only if the calls then fail. Never for
+ * production: the audit run is unconfined.
  *
  * @module
  */
@@ -11,6 +14,7 @@
 import { WorkerStartError } from "../errors.ts";
 import {
   isAbsolute,
+  isDeepStrictEqual,
   join,
   mkdtempSync,
   readFileSync,
@@ -20,6 +24,7 @@ import {
 } from "../runtime/node_builtins.ts";
 import { detect } from "../runtime/detect.ts";
 import type { Permissions } from "../runtime/permissions.ts";
+import { grantInHint } from "./_hints.ts";
 import { session } from "./session.ts";
 
 /** Options of {@linkcode learnPermissions}. */
@@ -47,6 +52,21 @@ export interface LearnOptions {
    * @default {300000}
    */
   callTimeoutMs?: number;
+  /**
+   * The runtime of the worker. Only Deno has the audit (step 1); on Bun the
+   * suggestion is built from the sandbox's refusals alone.
+   *
+   * @default {"deno"}
+   */
+  runtime?: "deno" | "bun";
+  /**
+   * Most sandboxed runs (steps 2 and 3 together), each a worker start that
+   * makes every call once more: the calls must give the same result when
+   * repeated (open, read, write the same key).
+   *
+   * @default {60}
+   */
+  maxRuns?: number;
 }
 
 /** One permission check Deno recorded. */
@@ -63,15 +83,20 @@ export interface LearnedPermissions {
   permissions: Permissions;
   /** The accesses as Deno recorded them, deduplicated, in order. */
   accesses: readonly LearnedAccess[];
+  /** Grants the sandbox's refusals added to the audit's (step 2). */
+  refused: readonly LearnedAccess[];
+  /** Entries of the audit's suggestion the calls passed without (step 3). */
+  removed: readonly LearnedAccess[];
+  /** How many sandboxed runs it took. */
+  runs: number;
   /** What the audit cannot see, to check by hand. */
   unseen: readonly string[];
 }
 
 /** What the mode cannot see, said with every result. */
 const UNSEEN: readonly string[] = [
-  "files, sockets and processes opened by native code (ffi, Node-API add-ons): Deno records the library it loads, not what the library does",
-  "what a started program does (run)",
   "accesses on code paths the calls did not take",
+  "a refusal that says nothing of what was refused (a bare EPERM from a system call, a library that swallows the error): the learning stops there and names the failing call",
   "siblings a library creates later (SQLite's -wal, -shm and -journal files): grant the directory where one appears",
 ];
 
@@ -119,7 +144,7 @@ export function permissionsFromAudit(
   log: string,
   cwd: string,
   ignore: readonly string[],
-): Omit<LearnedPermissions, "unseen"> {
+): Pick<LearnedPermissions, "permissions" | "accesses"> {
   const seen = new Set<string>();
   const accesses: LearnedAccess[] = [];
   for (const line of log.split("\n")) {
@@ -155,6 +180,37 @@ export function permissionsFromAudit(
   return { permissions, accesses };
 }
 
+/**
+ * A path inside `node_modules` as its package's directory
+ * (`…/node_modules/@scope/name` or `…/node_modules/name`): a package reads
+ * its own files, and one grant for them is what a user keeps.
+ *
+ * @param path A path.
+ * @returns The package directory, or the path.
+ *
+ * @example
+ * ```ts
+ * import { packageDir } from "./learn.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(
+ *   packageDir("./node_modules/hnswlib-node/build/Release/addon.node"),
+ *   "./node_modules/hnswlib-node",
+ * );
+ * assert.equal(packageDir("/app/node_modules/@libsql/linux-x64-gnu/index.node"), "/app/node_modules/@libsql/linux-x64-gnu");
+ * assert.equal(packageDir("./data/app.db"), "./data/app.db");
+ * ```
+ */
+export function packageDir(path: string): string {
+  const marker = "/node_modules/";
+  const at = path.lastIndexOf(marker);
+  if (at === -1) return path;
+  const rest = path.slice(at + marker.length).split("/");
+  const name = rest[0]?.startsWith("@") ? rest.slice(0, 2) : rest.slice(0, 1);
+  if (name.length === 0 || name.some((part) => part === "")) return path;
+  return `${path.slice(0, at + marker.length)}${name.join("/")}`;
+}
+
 function shorten(path: string, cwd: string): string {
   const inside = relative(cwd, path);
   return inside !== "" && !inside.startsWith("..") && !isAbsolute(inside)
@@ -162,68 +218,278 @@ function shorten(path: string, cwd: string): string {
     : path;
 }
 
+/** One entry of a suggestion: a kind and one scope of it. */
+type Entry = { permission: string; value: string };
+
+const PATH_KINDS = new Set(["read", "write", "run", "ffi"]);
+
 /**
- * Learns the permissions a Deno worker needs: starts it with everything
- * granted (`permissions: "all"`, no sandbox) and Deno's permission audit
- * on, makes `calls`, and suggests a `permissions` object holding every
- * access Deno checked, nothing more. A development aid for finding what a
- * native package needs in one run instead of one failing run per
- * permission; review the suggestion, and never run a worker this way in
- * production.
+ * Where the audit's `write` entries are not taken: Deno checks write access
+ * beside many reads (a plain `readTextFileSync` records both), and a write
+ * grant on code (a package, the runtime, system directories) would turn the
+ * Landlock step off for the rest of this process (tamper protection). A
+ * write the calls really need there comes back as a refusal in step 2.
+ */
+function codePath(path: string): boolean {
+  return path.includes("/node_modules/") || path.endsWith("/node_modules") ||
+    /^\/(?:proc|sys|dev|usr|lib|lib32|lib64|bin|sbin|etc|opt|nix)(?:\/|$)/
+      .test(path);
+}
+
+function entriesOf(permissions: Permissions): Entry[] {
+  const entries: Entry[] = [];
+  for (const kind of KINDS) {
+    // A variable given in `env` is readable without a grant and one not
+    // given is absent (deno_command.ts): an env grant is never needed.
+    if (kind === "env") continue;
+    const scopes = permissions[kind];
+    if (!Array.isArray(scopes)) continue;
+    for (const scope of scopes) {
+      const value = String(scope);
+      if (kind === "write" && codePath(value)) continue;
+      // The worker's own /proc entries are its own (the sandbox shows them);
+      // a grant names the parent's, which bubblewrap cannot mount.
+      if (/^\/proc\/(?:self|thread-self)(?:\/|$)/.test(value)) continue;
+      const kept = PATH_KINDS.has(kind) ? packageDir(value) : value;
+      if (!entries.some((e) => e.permission === kind && e.value === kept)) {
+        entries.push({ permission: kind, value: kept });
+      }
+    }
+  }
+  return entries;
+}
+
+function permissionsOf(
+  entries: readonly Entry[],
+  all: Set<string>,
+): Permissions {
+  const permissions: Permissions = {};
+  for (const kind of KINDS) {
+    if (all.has(kind)) {
+      permissions[kind] = true;
+      continue;
+    }
+    const values = entries.filter((e) => e.permission === kind).map((e) =>
+      e.value
+    );
+    if (values.length > 0) permissions[kind] = values;
+  }
+  return permissions;
+}
+
+/** The first grant a failure's hints name, in it or its causes. */
+function hintedGrant(error: unknown): ReturnType<typeof grantInHint> {
+  let current: unknown = error;
+  for (let depth = 0; depth < 8; depth++) {
+    if (typeof current !== "object" || current === null) return undefined;
+    const { hint, message } = current as { hint?: unknown; message?: unknown };
+    for (const text of [hint, message]) {
+      if (typeof text !== "string") continue;
+      const grant = grantInHint(text);
+      if (grant) return grant;
+    }
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/**
+ * Learns the permissions a worker needs, in one call: an audit run (Deno),
+ * then sandboxed runs that add what the OS sandbox refused (native code
+ * included) until the calls pass, then one run without each entry, which
+ * is kept only if the calls then fail. The result works pasted in as it is
+ * and holds nothing the calls did not need: paths inside `node_modules`
+ * collapsed to their package's directory, no write the calls made without.
+ * Works from a parent with the README's minimum flags (`--allow-run
+ * --allow-read --allow-env` on Deno). A development aid: the audit run is
+ * unconfined, so never run it on code or data you do not trust.
  *
  * @param module The worker module.
  * @param options The calls to make and the worker's env and cwd.
- * @returns The suggestion, the raw accesses, and what the mode cannot see.
+ * @returns The suggestion, the audit's accesses, what the sandbox added and
+ *   what was removed, and what the mode cannot see.
  * @throws {WorkerStartError} when the worker cannot start, or Deno wrote no
  * audit (a Deno older than 2.7).
- * @throws {RemoteError} when a call fails (the accesses until then are lost:
- * fix the call first).
+ * @throws {RemoteError} when a call fails for a reason no hint names (the
+ * message of the error says which grants were learned until then).
  *
  * @example
  * ```ts ignore
  * import { learnPermissions } from "@airlock/airlock/unstable-learn";
  *
  * const learned = await learnPermissions(new URL("./workers/db.ts", import.meta.url), {
- *   calls: [["open", "./data/app.db"], ["query", "select 1"]],
+ *   calls: [["open", "./data"], ["put", "k", "v"]],
  * });
- * console.log(learned.permissions); // { read: ["./data/app.db"], write: [...], ffi: [...] }
+ * console.log(learned.permissions); // { read: ["./data"], write: ["./data"], sys: ["uid"] }
  * ```
  */
 export async function learnPermissions(
   module: string | URL,
   options: LearnOptions,
 ): Promise<LearnedPermissions> {
-  const dir = mkdtempSync(join(tmpdir(), "airlock-learn-"));
-  const audit = join(dir, "audit.jsonl");
   const cwd = options.cwd ?? detect().cwd();
-  try {
-    {
-      await using worker = await session(module, {
-        runtime: "deno",
-        permissions: "all",
-        sandbox: "none",
-        env: { ...options.env, DENO_AUDIT_PERMISSIONS: audit },
-        cwd,
-        ...(options.callTimeoutMs === undefined
-          ? {}
-          : { callTimeoutMs: options.callTimeoutMs }),
-      });
-      for (const [op, ...args] of options.calls) await worker.call(op, args);
+  const runtime = options.runtime ?? "deno";
+  const maxRuns = options.maxRuns ?? 60;
+  const timeouts = options.callTimeoutMs === undefined
+    ? {}
+    : { callTimeoutMs: options.callTimeoutMs };
+  const common = {
+    runtime,
+    env: { ...options.env },
+    cwd,
+    maxRetries: 0,
+    ...timeouts,
+  } as const;
+  const callAll = async (
+    worker: { call(op: string, args: unknown[]): Promise<unknown> },
+  ): Promise<unknown[]> => {
+    const results: unknown[] = [];
+    for (const [op, ...args] of options.calls) {
+      results.push(await worker.call(op, args));
     }
-    let log: string;
+    return results;
+  };
+  // What the calls answer with what they need: a run whose answers differ
+  // lacked something, even if nothing threw (Deno's --ignore-env reads a
+  // variable not granted as unset).
+  let reference: unknown[] | undefined;
+
+  // Step 1: Deno's audit, on the worker's stderr (no file to write).
+  let accesses: readonly LearnedAccess[] = [];
+  let entries: Entry[] = [];
+  if (runtime === "deno") {
+    // A Deno parent gives the worker's stderr a pipe, which Deno can open
+    // by name: no file, so the parent needs no write access. A Bun
+    // parent's is a socket (ENXIO), but Bun has no permissions to need.
+    const file = detect().name === "deno"
+      ? undefined
+      : join(mkdtempSync(join(tmpdir(), "airlock-learn-")), "audit.jsonl");
+    const lines: string[] = [];
     try {
-      log = readFileSync(audit, "utf8");
-    } catch (error: unknown) {
+      {
+        await using worker = await session(module, {
+          ...common,
+          permissions: "all",
+          sandbox: "none",
+          env: {
+            ...options.env,
+            DENO_AUDIT_PERMISSIONS: file ?? "/dev/stderr",
+          },
+          onStderr: (line) => void lines.push(line),
+        });
+        reference = await callAll(worker);
+      }
+      if (file !== undefined) {
+        try {
+          lines.push(...readFileSync(file, "utf8").split("\n"));
+        } catch {
+          // No audit written: reported below.
+        }
+      }
+    } finally {
+      if (file !== undefined) {
+        rmSync(join(file, ".."), { recursive: true, force: true });
+      }
+    }
+    const audit = lines.filter((line) => line.startsWith('{"v":'));
+    if (audit.length === 0) {
       throw new WorkerStartError({
         module: String(module),
         failure: "spawn",
         detail:
-          `Deno wrote no permission audit (DENO_AUDIT_PERMISSIONS needs Deno 2.7 or later)`,
-        cause: error,
+          "Deno wrote no permission audit (DENO_AUDIT_PERMISSIONS needs Deno 2.7 or later)",
       });
     }
-    return { ...permissionsFromAudit(log, cwd, [dir]), unseen: UNSEEN };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
+    const found = permissionsFromAudit(audit.join("\n"), cwd, []);
+    accesses = found.accesses;
+    entries = entriesOf(found.permissions);
   }
+
+  let runs = 0;
+  const all = new Set<string>();
+  const attempt = async (candidate: readonly Entry[]): Promise<unknown> => {
+    runs++;
+    try {
+      await using worker = await session(module, {
+        ...common,
+        permissions: permissionsOf(candidate, all),
+        onStderr: () => {},
+      });
+      const results = await callAll(worker);
+      if (reference === undefined) reference = results;
+      else if (!isDeepStrictEqual(results, reference)) {
+        return new Error(
+          `the calls answered otherwise than with everything granted: ${
+            JSON.stringify(results).slice(0, 200)
+          }`,
+        );
+      }
+      return undefined;
+    } catch (error: unknown) {
+      return error ?? new Error("the calls failed");
+    }
+  };
+  const outOfRuns = (why: unknown) =>
+    new WorkerStartError({
+      module: String(module),
+      failure: "spawn",
+      detail:
+        `learnPermissions used its ${maxRuns} runs (maxRuns) before the calls passed under the sandbox; learned so far: ${
+          JSON.stringify(permissionsOf(entries, all))
+        }`,
+      cause: why,
+    });
+
+  // Step 2: what the sandbox refuses, until the calls pass.
+  const refused: Entry[] = [];
+  for (;;) {
+    const failure = await attempt(entries);
+    if (failure === undefined) break;
+    const grant = hintedGrant(failure);
+    const entry = grant &&
+      (grant.value === true
+        ? undefined
+        : { permission: grant.kind, value: grant.value });
+    const known = entry !== undefined &&
+      entries.some((e) =>
+        e.permission === entry.permission && e.value === entry.value
+      );
+    if (
+      grant === undefined || known ||
+      (grant.value === true && all.has(grant.kind))
+    ) {
+      if (failure instanceof Error) {
+        failure.message +=
+          ` (learnPermissions: no grant names this failure; learned so far: ${
+            JSON.stringify(permissionsOf(entries, all))
+          })`;
+      }
+      throw failure;
+    }
+    if (entry === undefined) all.add(grant.kind);
+    else {
+      entries.push(entry);
+      refused.push(entry);
+    }
+    if (runs >= maxRuns) throw outOfRuns(failure);
+  }
+
+  // Step 3: each entry needed, or removed.
+  const removed: Entry[] = [];
+  for (const entry of [...entries]) {
+    if (runs >= maxRuns) throw outOfRuns(undefined);
+    const without = entries.filter((e) => e !== entry);
+    if (await attempt(without) === undefined) {
+      entries = without;
+      removed.push(entry);
+    }
+  }
+  return {
+    permissions: permissionsOf(entries, all),
+    accesses,
+    refused,
+    removed,
+    runs,
+    unseen: UNSEEN,
+  };
 }

@@ -24,6 +24,7 @@ import type * as FsPromises from "node:fs/promises";
 import type * as Os from "node:os";
 import type * as Path from "node:path";
 import type * as Url from "node:url";
+import type * as Util from "node:util";
 
 interface NodeProcess {
   readonly platform: string;
@@ -54,6 +55,7 @@ const os = loader<typeof Os>("node:os");
 const childProcess = loader<typeof ChildProcess>("node:child_process");
 const buffer = loader<typeof Buffer_>("node:buffer");
 const crypto = loader<typeof Crypto>("node:crypto");
+const util = loader<typeof Util>("node:util");
 
 /**
  * `node:diagnostics_channel`, loaded on first use (the parent's events:
@@ -216,3 +218,9 @@ export const process: Pick<NodeProcess, "platform" | "arch" | "env" | "kill"> =
  * Windows, `:` elsewhere.
  */
 export const delimiter: string = process.platform === "win32" ? ";" : ":";
+
+/** `node:util` `isDeepStrictEqual`. */
+export const isDeepStrictEqual: typeof Util.isDeepStrictEqual = lazy(
+  util,
+  "isDeepStrictEqual",
+);

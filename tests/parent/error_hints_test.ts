@@ -8,7 +8,11 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { RemoteError, session, WorkerStartError } from "../../mod.ts";
-import { accessHint, type HintContext } from "../../src/parent/_hints.ts";
+import {
+  accessHint,
+  grantInHint,
+  type HintContext,
+} from "../../src/parent/_hints.ts";
 import type { ResolvedPermissions } from "../../src/runtime/permissions.ts";
 import {
   findPython,
@@ -216,6 +220,53 @@ describe("error hints", () => {
         "",
       /run: \["python3"\]/,
     );
+  });
+
+  test("accessHint() names permissions.net for the bare EPERM of listing the network interfaces", () => {
+    // detect-libc's process.report.getReport() under the sandbox (lmdb,
+    // @libsql/client): no path, no code but the name.
+    // As it crosses the wire: a plain object.
+    const denied = {
+      name: "PermissionDenied",
+      message: "Operation not permitted (os error 1)",
+      stack:
+        "PermissionDenied: Operation not permitted (os error 1)\n    at Object.networkInterfaces (ext:deno_os/30_os.js:1:742)\n    at Object.getReport (ext:deno_node/internal/process/report.ts:1:1172)",
+    };
+    const hint = accessHint(denied, context()) ?? "";
+    assert.match(hint, /permissions\.net: true/);
+    assert.deepEqual(grantInHint(hint), { kind: "net", value: true });
+    assert.equal(
+      accessHint(denied, context({ sandboxed: false })),
+      undefined,
+    );
+  });
+
+  test("grantInHint() reads back the grant every hint names", () => {
+    const cases: [unknown, ReturnType<typeof grantInHint>][] = [
+      [errno("ENOENT", { path: "/etc/hostname" }), {
+        kind: "read",
+        value: "/etc/hostname",
+      }],
+      [errno("EROFS", { path: "/srv/x" }), { kind: "write", value: "/srv/x" }],
+      [errno("EACCES", { path: "/etc/hostname" }), {
+        kind: "read",
+        value: "/etc/hostname",
+      }],
+      [
+        notCapable(
+          'Requires sys access to "uid", run again with the --allow-sys flag',
+        ),
+        { kind: "sys", value: "uid" },
+      ],
+      [notCapable("Requires env access, run again with the --allow-env flag"), {
+        kind: "env",
+        value: true,
+      }],
+    ];
+    for (const [error, grant] of cases) {
+      assert.deepEqual(grantInHint(accessHint(error, context()) ?? ""), grant);
+    }
+    assert.equal(grantInHint("no grant here"), undefined);
   });
 
   test("accessHint() finds the denial in the cause chain and survives hostile values", () => {

@@ -1,39 +1,158 @@
 // Learn mode (unstable_learn.ts): one run finds what a Deno worker touched.
 import { after, describe, test } from "node:test";
+import process from "node:process";
 import assert from "node:assert/strict";
-import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { mkdirSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { session } from "../../mod.ts";
 import {
   learnPermissions,
+  type Permissions,
   permissionsFromAudit,
 } from "../../unstable_learn.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { fixture } from "../_helpers/files.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
+import { testOn } from "../_helpers/runtime.ts";
+import { needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 
 const dir = realpathSync(mkdtempSync(join(tmpdir(), "airlock-learn-test-")));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-describe("learnPermissions()", () => {
-  test("learnPermissions() suggests exactly the accesses a Deno worker made", async () => {
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** The permissions without one scope (or kind) of them. */
+function without(
+  permissions: Permissions,
+  kind: keyof Permissions,
+  scope: string | true,
+): Permissions {
+  const copy: Record<string, unknown> = { ...permissions };
+  const scopes = copy[kind];
+  if (scope === true || !Array.isArray(scopes)) delete copy[kind];
+  else {
+    const rest = scopes.filter((s) => s !== scope);
+    if (rest.length > 0) copy[kind] = rest;
+    else delete copy[kind];
+  }
+  return copy as Permissions;
+}
+
+describe("learnPermissions()", needsWorkers("deno"), () => {
+  test("learnPermissions() suggests the accesses a Deno worker needs, each entry needed", async () => {
+    const call = ["work", join(dir, "data.txt")] as const;
     const learned = await learnPermissions(fixture("learn_worker.ts"), {
-      calls: [["work", join(dir, "data.txt")]],
+      calls: [call],
       env: { DB_URL: "postgres://db" },
       cwd: dir,
     });
+    // DB_URL is given in env, so readable without a grant; Deno's audit
+    // records a write check beside the read, and the read beside the write:
+    // both are needed, under Deno's flags.
     assert.deepEqual(learned.permissions, {
       read: ["./data.txt"],
       write: ["./data.txt"],
-      env: ["DB_URL"],
       sys: ["hostname"],
     });
-    assert.ok(learned.unseen.some((line) => line.includes("native code")));
-    // The suggestion is a valid permissions option.
+    assert.ok(learned.accesses.some((a) => a.permission === "env"));
+    assert.ok(learned.removed.some((a) => a.permission === "env") === false);
+    // The suggestion works pasted in as it is, and without any one entry
+    // the worker fails (or answers otherwise).
+    const run = async (permissions: Permissions) => {
+      await using s = await session(fixture("learn_worker.ts"), {
+        runtime: "deno",
+        permissions,
+        env: { DB_URL: "postgres://db" },
+        cwd: dir,
+        onStderr: () => {},
+      });
+      return await s.call(call[0], [call[1]]);
+    };
+    const answer = await run(learned.permissions);
+    assert.deepEqual(answer, ["x", "postgres://db", true]);
+    for (const [kind, scopes] of Object.entries(learned.permissions)) {
+      for (
+        const scope of (scopes as unknown) === true
+          ? [true]
+          : scopes as string[]
+      ) {
+        const fewer = without(
+          learned.permissions,
+          kind as keyof Permissions,
+          scope as string | true,
+        );
+        const outcome = await run(fewer).then(
+          (value) => ({ value }),
+          (error: unknown) => ({ error }),
+        );
+        assert.ok(
+          "error" in outcome ||
+            JSON.stringify(outcome.value) !== JSON.stringify(answer),
+          `the worker passed without ${kind} ${String(scope)}`,
+        );
+      }
+    }
     resolvePermissions(learned.permissions, dir);
   });
+
+  testOn(
+    "deno",
+    "learnPermissions() from a parent with the README's minimum flags finds what lmdb's native code needs",
+    async () => {
+      const data = join(dir, "lmdb");
+      mkdirSync(join(data, "db"), { recursive: true });
+      const deno = join(root, "node_modules", ".bin", "deno");
+      const result = await new Promise<{ code: number; out: string }>(
+        (resolve) =>
+          execFile(
+            deno,
+            [
+              "run",
+              "--allow-run",
+              "--allow-read",
+              "--allow-env",
+              fileURLToPath(fixture("learn_parent.ts")),
+              data,
+            ],
+            { timeout: 240_000, env: { ...process.env, NO_COLOR: "1" } },
+            (error, stdout, stderr) =>
+              resolve({
+                code: error ? 1 : 0,
+                out: `${stdout}${error ? stderr : ""}`,
+              }),
+          ),
+      );
+      assert.equal(result.code, 0, result.out);
+      const learned = JSON.parse(result.out.trim().split("\n").at(-1)!) as {
+        permissions: Record<string, string[] | true>;
+      };
+      const addon = realpathSync(
+        join(
+          root,
+          "node_modules",
+          "@lmdb",
+          `lmdb-${process.platform}-${process.arch}`,
+        ),
+      );
+      const { sys, ...rest } = learned.permissions;
+      assert.deepEqual(rest, {
+        read: [addon, "./db"],
+        write: ["./db"],
+        // detect-libc lists the network interfaces (process.report).
+        net: true,
+        ffi: [addon],
+      });
+      assert.ok(
+        Array.isArray(sys) && sys.includes("networkInterfaces"),
+        `${sys}`,
+      );
+    },
+  );
 
   test("permissionsFromAudit() skips airlock's own variables, its audit file and lines that are not entries", () => {
     const log = [
