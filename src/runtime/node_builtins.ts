@@ -32,6 +32,8 @@ interface NodeProcess {
   readonly env: Record<string, string | undefined>;
   kill(pid: number, signal?: string | number): true;
   getBuiltinModule(id: string): unknown;
+  on(event: string, listener: () => void): unknown;
+  off(event: string, listener: () => void): unknown;
 }
 
 interface DenoBuild {
@@ -224,3 +226,17 @@ export const isDeepStrictEqual: typeof Util.isDeepStrictEqual = lazy(
   util,
   "isDeepStrictEqual",
 );
+
+/**
+ * Listens for a signal through `node:process` (both runtimes): while a
+ * listener is on, the signal does not end the process.
+ *
+ * @param signal The signal's name.
+ * @param listener Called on each delivery.
+ * @returns Removes the listener (the signal's default action is back).
+ */
+export function onSignal(signal: string, listener: () => void): () => void {
+  const node = nodeProcess();
+  node.on(signal, listener);
+  return () => void node.off(signal, listener);
+}

@@ -57,9 +57,12 @@ function runParent(args: string[]): Promise<{ pids: number[]; code: number }> {
  */
 function signalParent(
   signal: "SIGINT" | "SIGTERM",
+  args: string[] = [],
 ): Promise<{ lines: Record<string, unknown>[]; code: number | null }> {
   const script = fixture("signal_parent.ts").pathname;
-  const argv = RUNTIME === "deno" ? ["run", "-A", script] : [script];
+  const argv = RUNTIME === "deno"
+    ? ["run", "-A", script, ...args]
+    : [script, ...args];
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, argv, {
       stdio: ["ignore", "pipe", "inherit"],
@@ -124,9 +127,16 @@ describe("parent exit", needsWorkers(), () => {
     },
   );
 
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    test(`a parent that handles ${signal} leaves its await using scopes: calls drained or ended, workers gone`, async () => {
-      const { lines, code } = await signalParent(signal);
+  for (
+    const [signal, args, how] of [
+      ["SIGINT", [], "leaves its await using scopes"],
+      ["SIGTERM", [], "leaves its await using scopes"],
+      ["SIGINT", ["--helper"], "closes its handles through closeOnSignal()"],
+      ["SIGTERM", ["--helper"], "closes its handles through closeOnSignal()"],
+    ] as const
+  ) {
+    test(`a parent that handles ${signal} ${how}: calls drained or ended, workers gone`, async () => {
+      const { lines, code } = await signalParent(signal, [...args]);
       assert.equal(code, 0, `exit code ${code}: ${JSON.stringify(lines)}`);
       const [ready, got, done] = lines;
       assert.deepEqual(got, { signal });
