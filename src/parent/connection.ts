@@ -41,6 +41,7 @@ import {
 } from "../runtime/proc.ts";
 import { DeadlineQueue } from "./_deadlines.ts";
 import { markExecuted } from "./_call.ts";
+import { WriteAheadWindow } from "./_write_ahead.ts";
 import { clockMayHaveMoved, readingAnswers } from "./_metrics.ts";
 import {
   type ConnectionExit,
@@ -240,24 +241,8 @@ export class Connection {
   #fatal: StartFatal | undefined;
   #truncated: Truncation | undefined;
   #consecutiveTimeouts = 0;
-  /**
-   * Calls the worker runs at once, when it starts queued calls in arrival
-   * order (message version 3): its hello's `concurrency`, or less after
-   * {@linkcode Connection.limit}. `0`: unknown, any call written may have
-   * started.
-   */
-  #slots = 0;
-  /** Whether calls written beyond `#slots` hold their deadline until they start. */
-  #holdAhead = false;
-  /** Calls written ahead (waiting in the worker's queue), deadline held, in order. */
-  #ahead: CallRecord[] = [];
-  /**
-   * When each call abandoned here (cancelled or timed out, and perhaps
-   * still running) and not answered yet was written (its `writtenSeq`), by
-   * id. A call in flight holds its own.
-   */
-  #abandonedAt = new Map<number, number>();
-  #writes = 0;
+  /** Which written calls wait in the worker's queue, and which never started. */
+  #window = new WriteAheadWindow<CallRecord>();
   /**
    * Calls abandoned with `settle: "stopped"`, by id, with what they reject
    * with: they settle once the worker answers them or is gone.
@@ -397,13 +382,12 @@ export class Connection {
    */
   limit(concurrency: number): boolean {
     if (!this.ordered || !this.#hello || this.#exit) return false;
-    this.#slots = Math.min(concurrency, this.#hello.concurrency);
-    this.#holdAhead = true;
+    this.#window.limit(Math.min(concurrency, this.#hello.concurrency));
     this.#child.write(
       encodeMessage({
         type: "limit",
         id: CONTROL_ID,
-        concurrency: this.#slots,
+        concurrency: this.#window.slots,
       }),
     ).catch(() => {});
     return true;
@@ -419,18 +403,12 @@ export class Connection {
   send(call: CallRecord): boolean {
     call.attempts++;
     this.#pending.set(call.id, call);
-    call.writtenSeq = this.#writes++;
     // A deadline it had in an earlier connection is not one here.
     call.dueAt = 0;
     this.#syncRef();
-    const ahead = this.#holdAhead &&
-      this.#pending.size - this.#ahead.length > this.#slots;
-    if (ahead) {
-      // Written ahead: it waits in the worker's queue, its deadline with it.
-      this.#ahead.push(call);
-    } else {
-      call.mayHaveRun = true;
-    }
+    // Written ahead, it waits in the worker's queue, its deadline with it.
+    const ahead = this.#window.written(call, this.#pending.size);
+    if (!ahead) call.mayHaveRun = true;
     if (!ahead && call.timeoutMs > 0) {
       // The deadline counts from when the call is written. Until the write
       // completes it also counts from now, so a worker that stopped reading
@@ -458,54 +436,20 @@ export class Connection {
     return !ahead;
   }
 
-  /**
-   * The lost calls the worker never started. It starts calls in the order
-   * written, a queued one only once a running one's answer is out: of the
-   * calls not answered (those lost, and abandoned ones it may still have
-   * run), in the order written, only the first `#slots` can have started. That
-   * holds only if every answer it wrote was read.
-   *
-   * @param lost The calls lost, in the order written.
-   * @param complete Whether every answer was read (drained, no cut frame,
-   *   no protocol error).
-   * @returns Those never started.
-   */
-  #unstarted(lost: CallRecord[], complete: boolean): Set<CallRecord> {
-    const unstarted = new Set<CallRecord>();
-    if (this.#slots === 0 || !complete) return unstarted;
-    // Every call written here and not answered, abandoned ones included (a
-    // cancelled or timed-out call may hold its slot until the worker dies).
-    const unanswered: { seq: number; call: CallRecord | undefined }[] = [];
-    for (const call of lost) {
-      unanswered.push({ seq: call.writtenSeq, call });
-    }
-    for (const seq of this.#abandonedAt.values()) {
-      unanswered.push({ seq, call: undefined });
-    }
-    unanswered.sort((a, b) => a.seq - b.seq);
-    for (let index = this.#slots; index < unanswered.length; index++) {
-      const call = unanswered[index]?.call;
-      if (call) unstarted.add(call);
-    }
-    return unstarted;
-  }
+  /** A call written ahead starts: its deadline starts now. */
+  #start = (call: CallRecord): void => {
+    call.mayHaveRun = true;
+    if (call.timeoutMs > 0) this.#deadlines.add(call);
+    this.#options.events.onStarted?.(call);
+  };
 
-  /**
-   * A call written ahead starts as one in a slot leaves: its deadline
-   * starts now. (A cancelled call may still hold its slot for a moment: the
-   * next deadline then starts early, never late.)
-   */
+  #inFlightHere = (call: CallRecord): boolean =>
+    this.#pending.get(call.id) === call;
+
+  /** Starts the calls written ahead that freed slots let start. */
   #promote(): void {
-    while (
-      this.#ahead.length > 0 &&
-      this.#pending.size - this.#ahead.length < this.#slots
-    ) {
-      const call = this.#ahead.shift() as CallRecord;
-      if (this.#pending.get(call.id) !== call) continue;
-      call.mayHaveRun = true;
-      if (call.timeoutMs > 0) this.#deadlines.add(call);
-      this.#options.events.onStarted?.(call);
-    }
+    if (this.#window.waiting === 0) return;
+    this.#window.promote(this.#pending.size, this.#inFlightHere, this.#start);
   }
 
   /** The write the last call went into, while it is in progress. */
@@ -583,10 +527,7 @@ export class Connection {
   #abandon(call: CallRecord, reason: unknown, what: string): void {
     this.#pending.delete(call.id);
     this.#deadlines.delete(call);
-    if (this.#slots > 0) this.#abandonedAt.set(call.id, call.writtenSeq);
-    const ahead = this.#ahead.indexOf(call);
-    if (ahead !== -1) this.#ahead.splice(ahead, 1);
-    else this.#promote();
+    if (!this.#window.abandoned(call)) this.#promote();
     const grace = this.#options.cancelGraceMs;
     this.#cancelling.set(
       call.id,
@@ -917,7 +858,7 @@ export class Connection {
         this.#hello = message;
         // A worker of version 3 starts queued calls in arrival order.
         if (message.version >= LIMIT_MESSAGE_VERSION) {
-          this.#slots = message.concurrency;
+          this.#window.ordered(message.concurrency);
         }
         this.#workerPid = this.#options.command.local
           ? this.#options.command.workerPid(this.spawnPid)
@@ -948,7 +889,7 @@ export class Connection {
         this.#pending.delete(message.id);
         try {
           this.#deadlines.delete(call);
-          if (this.#ahead.length > 0) this.#promote();
+          this.#promote();
           this.#consecutiveTimeouts = 0;
           this.#syncRef();
         } finally {
@@ -1021,7 +962,7 @@ export class Connection {
 
   /** The answer to a call abandoned here: its handler has stopped. */
   #lateAnswer(id: number, dropped: boolean): void {
-    this.#abandonedAt.delete(id);
+    this.#window.answered(id);
     const grace = this.#cancelling.get(id);
     if (grace !== undefined) {
       clearTimeout(grace);
@@ -1135,8 +1076,7 @@ export class Connection {
     this.#stopStdoutCheck();
     const lost = [...this.#pending.values()];
     this.#pending.clear();
-    this.#ahead = [];
-    const unstarted = this.#unstarted(
+    const unstarted = this.#window.unstarted(
       lost,
       drained && !this.#truncated && !this.#protocolError,
     );
@@ -1145,7 +1085,6 @@ export class Connection {
     for (const call of lost) {
       if (!unstarted.has(call)) call.mayHaveRun = true;
     }
-    this.#abandonedAt.clear();
     for (const timer of this.#cancelling.values()) clearTimeout(timer);
     this.#cancelling.clear();
     if (this.#liveness !== undefined) clearTimeout(this.#liveness);
