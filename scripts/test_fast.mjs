@@ -23,6 +23,7 @@ const FAST_TIER = [
   "tests/parent/session_scheduling_test.ts",
   "tests/parent/one_shot_scheduling_test.ts",
   "tests/parent/stream_scheduling_test.ts",
+  "tests/parent/write_ahead_test.ts",
   "tests/testing/helpers_test.ts",
 ];
 
