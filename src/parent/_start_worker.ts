@@ -15,6 +15,7 @@ import type { RuntimeAdapter } from "../runtime/types.ts";
 import { buildWorkerCommand } from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
 import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
+import { prefetchHostFacts } from "../runtime/sandbox/facts.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import type { NetBroker } from "../runtime/sandbox/net/broker.ts";
 import {
@@ -218,6 +219,9 @@ export async function startWorker(
   let lastError: unknown;
   const attempts = options.maxRetries + 1;
   const since = Date.now();
+  // The sandbox's probes (processes) run here without blocking the event
+  // loop; the build below then reads their cached answers.
+  await prefetchHostFacts(options, adapter);
   let first: WorkerCommand | undefined = buildWorkerCommand(
     options,
     adapter,

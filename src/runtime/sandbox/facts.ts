@@ -5,13 +5,18 @@
  * profile, Ubuntu's AppArmor restriction or
  * `kernel.unprivileged_userns_clone=0`), and whether the confine step can
  * run and what the kernel offers it (Landlock ABI, seccomp). Each probe
- * runs once per process and binary; `plan.ts` decides from the facts.
+ * runs once per process and binary, ahead of the first start and off the
+ * event loop ({@linkcode prefetchHostFacts}); `plan.ts` decides from the
+ * facts.
  *
  * @module
  */
 
-import { process, realpathSync, spawnSync } from "../node_builtins.ts";
-import { writableByWorker } from "../launch/executable.ts";
+import { process, realpathSync, spawn, spawnSync } from "../node_builtins.ts";
+import {
+  recordWorkerWritable,
+  writableByWorker,
+} from "../launch/executable.ts";
 import { linuxTool, lookupDenied, runtimeBinary } from "../launch/lookups.ts";
 import type { WorkerCommandInput } from "../launch/types.ts";
 import type { RuntimeAdapter, RuntimeName } from "../types.ts";
@@ -41,6 +46,99 @@ export type BwrapUsability =
 
 const bwrapProbes = new Map<string, BwrapUsability>();
 
+/** What a probe's process did: the fields of `spawnSync`'s result it reads. */
+interface ProbeRun {
+  status: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  error?: Error;
+}
+
+/** A probe's command, its environment and working directory. */
+interface ProbeCommand {
+  argv: readonly string[];
+  env: Record<string, string>;
+  cwd?: string;
+}
+
+/** Runs a probe to its end, blocking (the fallback when nothing prefetched it). */
+function runProbeSync(command: ProbeCommand): ProbeRun {
+  const result = spawnSync(command.argv[0] as string, command.argv.slice(1), {
+    env: command.env,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+    timeout: PROBE_TIMEOUT_MS,
+    ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
+  });
+  return {
+    status: result.status,
+    signal: result.signal,
+    stdout: String(result.stdout ?? ""),
+    stderr: String(result.stderr ?? ""),
+    ...(result.error ? { error: result.error } : {}),
+  };
+}
+
+/** Runs a probe to its end without blocking the event loop. */
+function runProbe(command: ProbeCommand): Promise<ProbeRun> {
+  return new Promise((resolve) => {
+    let stdout = "";
+    let stderr = "";
+    let error: Error | undefined;
+    const child = spawn(command.argv[0] as string, command.argv.slice(1), {
+      env: command.env,
+      stdio: ["ignore", "pipe", "pipe"],
+      ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
+    });
+    const timer = setTimeout(() => child.kill("SIGKILL"), PROBE_TIMEOUT_MS);
+    child.stdout?.setEncoding("utf8");
+    child.stderr?.setEncoding("utf8");
+    child.stdout?.on("data", (chunk: string) => stdout += chunk);
+    child.stderr?.on("data", (chunk: string) => stderr += chunk);
+    child.on("error", (cause: Error) => {
+      error = cause;
+      clearTimeout(timer);
+      resolve({ status: null, signal: null, stdout, stderr, error });
+    });
+    child.on("close", (status: number | null, signal: string | null) => {
+      clearTimeout(timer);
+      resolve({
+        status,
+        signal,
+        stdout,
+        stderr,
+        ...(error ? { error } : {}),
+      });
+    });
+  });
+}
+
+/** How long a probe may run before it counts as failed. */
+const PROBE_TIMEOUT_MS = 30_000;
+
+/**
+ * Thrown by a probe asked for its cached answer only (a prefetch) when it
+ * has none: `run()` makes the probe without blocking and caches it.
+ */
+class ProbeNeeded {
+  constructor(readonly run: () => Promise<void>) {}
+}
+
+function bwrapProbeCommand(bwrap: string): ProbeCommand {
+  return { argv: bwrapProbeArgv(bwrap, bwrap), env: {} };
+}
+
+function bwrapProbeResult(run: ProbeRun): BwrapUsability {
+  if (run.status === 0) return { usable: true };
+  const said = run.stderr.trim().split("\n").at(-1);
+  return {
+    usable: false,
+    reason: run.error?.message ?? (said ||
+      `it exited with code ${run.status}, signal ${run.signal}`),
+  };
+}
+
 /**
  * Whether bubblewrap runs here with a worker's namespaces (asked once per
  * bubblewrap binary), by running `bwrap --version` inside an empty sandbox
@@ -60,26 +158,21 @@ const bwrapProbes = new Map<string, BwrapUsability>();
  * ```
  */
 export function bwrapUsable(bwrap: string): BwrapUsability {
+  return bwrapFact(bwrap, false);
+}
+
+function bwrapFact(bwrap: string, cachedOnly: boolean): BwrapUsability {
   const cached = bwrapProbes.get(bwrap);
   if (cached) return cached;
-  const argv = bwrapProbeArgv(bwrap, bwrap);
+  if (cachedOnly) {
+    throw new ProbeNeeded(async () => {
+      const found = bwrapProbeResult(await runProbe(bwrapProbeCommand(bwrap)));
+      if (!bwrapProbes.has(bwrap)) bwrapProbes.set(bwrap, found);
+    });
+  }
   let found: BwrapUsability;
   try {
-    const result = spawnSync(argv[0] as string, argv.slice(1), {
-      env: {},
-      encoding: "utf8",
-      stdio: ["ignore", "ignore", "pipe"],
-      timeout: 30_000,
-    });
-    if (result.status === 0) found = { usable: true };
-    else {
-      const said = String(result.stderr ?? "").trim().split("\n").at(-1);
-      found = {
-        usable: false,
-        reason: result.error?.message ?? (said ||
-          `it exited with code ${result.status}, signal ${result.signal}`),
-      };
-    }
+    found = bwrapProbeResult(runProbeSync(bwrapProbeCommand(bwrap)));
   } catch (error: unknown) {
     found = {
       usable: false,
@@ -91,6 +184,47 @@ export function bwrapUsable(bwrap: string): BwrapUsability {
 }
 
 const stepProbes = new Map<string, ConfineSupport>();
+
+function stepProbeCommand(
+  runner: ConfineRunner,
+  env: Readonly<Record<string, string>>,
+): ProbeCommand {
+  return {
+    argv: confineStepArgv(runner, "--probe"),
+    env: { ...env },
+    cwd: "/",
+  };
+}
+
+function stepProbeResult(run: ProbeRun): ConfineSupport {
+  let parsed: Partial<ConfineSupport> | undefined;
+  try {
+    parsed = run.status === 0
+      ? JSON.parse(run.stdout.trim()) as Partial<ConfineSupport>
+      : undefined;
+  } catch (error: unknown) {
+    return {
+      landlockAbi: 0,
+      seccomp: false,
+      error: SAYS.stepProbeFailed(
+        error instanceof Error ? error.message : String(error),
+      ),
+    };
+  }
+  if (
+    parsed && Number.isInteger(parsed.landlockAbi) &&
+    typeof parsed.seccomp === "boolean"
+  ) {
+    return {
+      landlockAbi: parsed.landlockAbi as number,
+      seccomp: parsed.seccomp,
+    };
+  }
+  const why = run.error?.message ??
+    (run.stderr.trim().split("\n").at(-1) ||
+      `exit code ${run.status}, signal ${run.signal}`);
+  return { landlockAbi: 0, seccomp: false, error: SAYS.stepProbeFailed(why) };
+}
 
 /**
  * What the kernel offers the confine step, asked once per runner binary by
@@ -105,6 +239,14 @@ export function probeConfineSupport(
   runner: ConfineRunner,
   env: Readonly<Record<string, string>>,
 ): ConfineSupport {
+  return stepSupport(runner, env, false);
+}
+
+function stepSupport(
+  runner: ConfineRunner,
+  env: Readonly<Record<string, string>>,
+  cachedOnly: boolean,
+): ConfineSupport {
   if (process.platform !== "linux") {
     return {
       landlockAbi: 0,
@@ -115,37 +257,17 @@ export function probeConfineSupport(
   const key = `${runner.runtime}:${runner.binary}`;
   const cached = stepProbes.get(key);
   if (cached) return cached;
-  const argv = confineStepArgv(runner, "--probe");
+  if (cachedOnly) {
+    throw new ProbeNeeded(async () => {
+      const found = stepProbeResult(
+        await runProbe(stepProbeCommand(runner, env)),
+      );
+      if (!stepProbes.has(key)) stepProbes.set(key, found);
+    });
+  }
   let support: ConfineSupport;
   try {
-    const result = spawnSync(argv[0] as string, argv.slice(1), {
-      cwd: "/",
-      env: { ...env },
-      encoding: "utf8",
-      stdio: ["ignore", "pipe", "pipe"],
-      timeout: 30_000,
-    });
-    const parsed = result.status === 0
-      ? JSON.parse(String(result.stdout).trim()) as Partial<ConfineSupport>
-      : undefined;
-    if (
-      parsed && Number.isInteger(parsed.landlockAbi) &&
-      typeof parsed.seccomp === "boolean"
-    ) {
-      support = {
-        landlockAbi: parsed.landlockAbi as number,
-        seccomp: parsed.seccomp,
-      };
-    } else {
-      const why = result.error?.message ??
-        (String(result.stderr ?? "").trim().split("\n").at(-1) ||
-          `exit code ${result.status}, signal ${result.signal}`);
-      support = {
-        landlockAbi: 0,
-        seccomp: false,
-        error: SAYS.stepProbeFailed(why),
-      };
-    }
+    support = stepProbeResult(runProbeSync(stepProbeCommand(runner, env)));
   } catch (error: unknown) {
     support = {
       landlockAbi: 0,
@@ -177,12 +299,14 @@ function realPath(path: string): string {
  * @param runner The runtime to run the step, or why there is none.
  * @param parentEnv The parent's environment.
  * @param parentDenoDir The parent's Deno cache directory, when known.
+ * @param cachedOnly Only a cached probe answers (a prefetch).
  * @returns The fact.
  */
 export function confineStepFact(
   runner: ConfineRunner | { none: string },
   parentEnv: Readonly<Record<string, string>>,
   parentDenoDir: string | undefined,
+  cachedOnly = false,
 ): ConfineStepFact {
   if ("none" in runner) return { unavailable: runner.none, refused: false };
   if (seccompArch(process.arch) === undefined) {
@@ -201,10 +325,10 @@ export function confineStepFact(
       };
     }
   }
-  const support = probeConfineSupport(runner, {
+  const support = stepSupport(runner, {
     PATH: parentEnv.PATH ?? "/usr/bin:/bin",
     ...stepEnv,
-  });
+  }, cachedOnly);
   if (support.error !== undefined) {
     return { unavailable: support.error, refused: true };
   }
@@ -225,6 +349,13 @@ export interface HostFactsOptions {
   binary: string | undefined;
   /** The worker's runtime (`undefined`: a `command`, whose step runs on the parent's). */
   runtime: RuntimeName | undefined;
+  /**
+   * Only cached probes answer; a missing one throws for
+   * {@linkcode prefetchHostFacts} to make without blocking.
+   *
+   * @default {false}
+   */
+  cachedOnly?: boolean;
 }
 
 /**
@@ -258,7 +389,7 @@ export function hostFacts(
   );
   let bwrap: BwrapFact = undefined;
   if (found !== undefined) {
-    const usability = bwrapUsable(found);
+    const usability = bwrapFact(found, options.cachedOnly === true);
     bwrap = usability.usable ? { path: found } : { unusable: usability.reason };
   }
   if (process.platform !== "linux") {
@@ -281,6 +412,59 @@ export function hostFacts(
       runner,
       parentEnv,
       denoCacheMounts(parentEnv)?.denoDir,
+      options.cachedOnly === true,
     ),
   };
+}
+
+/**
+ * Makes, without blocking the event loop, the probes that the command
+ * build of this worker would otherwise make synchronously on the first
+ * start of the process (bubblewrap's and the confine step's: each a
+ * process, the step's a whole runtime start). It
+ * walks {@linkcode hostFacts} itself with cached answers only and runs each
+ * missing probe asynchronously, so it probes exactly what the build will
+ * ask for. It decides nothing: the build then reads the cached answers
+ * (and makes any probe still missing itself). Errors are left to the build,
+ * which reports them.
+ *
+ * @param input The worker's resolved options.
+ * @param adapter The parent's runtime.
+ * @returns When the probes are cached.
+ */
+export async function prefetchHostFacts(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+): Promise<void> {
+  const request: SandboxRequest = {
+    module: input.label,
+    runtime: input.command ? "command" : input.runtime,
+    sandbox: input.sandbox,
+    permissions: input.permissions,
+    local: input.launcher.length === 0,
+    compiledDeno: false,
+  };
+  if (!needsHostFacts(request)) return;
+  // The step's own paths are refused under a write grant of any worker of
+  // this process, this one's included: record its grants first, as the
+  // build does, so a prefetch never runs a step the build would refuse.
+  const write = input.permissions.write;
+  if (write !== true) recordWorkerWritable(write);
+  for (let probes = 0; probes < 4; probes++) {
+    try {
+      hostFacts(request, {
+        adapter,
+        input,
+        binary: input.command
+          ? adapter.execPath()
+          : runtimeBinary(input.runtime, adapter, input),
+        runtime: input.command ? undefined : input.runtime,
+        cachedOnly: true,
+      });
+      return;
+    } catch (error: unknown) {
+      if (!(error instanceof ProbeNeeded)) return;
+      await error.run();
+    }
+  }
 }
