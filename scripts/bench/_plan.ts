@@ -20,6 +20,7 @@ export type ScenarioId =
   | "pool"
   | "memory"
   | "import"
+  | "cli"
   | "stream"
   | "events"
   | "net";
@@ -411,6 +412,22 @@ export function jobsOf(
       }
       break;
     }
+    case "cli": {
+      const config = smoke
+        ? { warmup: 0, iterations: 2 }
+        : { warmup: 1, iterations: 8 };
+      for (const runtime of runtimes) {
+        add(
+          runtime,
+          "cli",
+          `CLI with one one-shot call vs spawning a hand-written worker (${
+            name(runtime)
+          })`,
+          config,
+        );
+      }
+      break;
+    }
   }
   // driver.ts knows these as variants of one contender, with a setting.
   for (const job of jobs) {
@@ -432,6 +449,7 @@ export const SCENARIOS: readonly ScenarioId[] = [
   "pool",
   "memory",
   "import",
+  "cli",
   "stream",
   "events",
   "net",

@@ -325,6 +325,54 @@ function targets(view: View): TargetRow[] {
     (v) => v <= 2,
     x,
   );
+  // Issue 23: the sandbox at the cost of the floor.
+  both(
+    "(23) sandboxed bare start / unwrapped bare start",
+    "≤ 1.5×",
+    (rt) => {
+      const s = view.get("start", rt, "start");
+      return s ? s.bareMs! / s.bareUnwrappedMs! : undefined;
+    },
+    (v) => v <= 1.5,
+    x,
+  );
+  both(
+    "(23) cold one-shot call / unwrapped bare start",
+    "≤ 2×",
+    (rt) => {
+      const s = view.get("start", rt, "start");
+      return s ? s.oneShotMs! / s.bareUnwrappedMs! : undefined;
+    },
+    (v) => v <= 2,
+    x,
+  );
+  const cliRatio = (rt: "deno" | "bun"): number => {
+    const c = view.get("cli", rt, "cli");
+    return (c?.cliMs ?? NaN) / (c?.handMs ?? NaN);
+  };
+  rows.push({
+    what:
+      "(23) CLI with one one-shot call / the same CLI spawning a hand-written worker",
+    target: "≤ 2.5× (Deno), ≤ 3× (Bun)",
+    deno: verdict(cliRatio("deno"), (v) => v <= 2.5, x),
+    bun: verdict(cliRatio("bun"), (v) => v <= 3, x),
+  });
+  both(
+    "(23) longest event-loop stall of the parent during a first start",
+    "≤ 10 ms",
+    (rt) => view.get("cli", rt, "cli")?.stallMs,
+    (v) => v <= 10,
+    (v) => `${v.toFixed(1)} ms`,
+  );
+  both(
+    "(23) recycling p99 / no recycling",
+    "≤ 3×",
+    (rt) =>
+      (view.get("pool", rt, "pool-recycle")?.p99Ms ?? NaN) /
+      (view.get("pool", rt, "pool")?.p99Ms ?? NaN),
+    (v) => v <= 3,
+    x,
+  );
   both(
     "(g) idle worker RSS − bare runtime",
     "≤ 10 MiB",
@@ -545,6 +593,28 @@ function memorySection(view: View): string {
   ], rows);
 }
 
+function cliSection(view: View): string {
+  const rows = view.of("cli").map((job) => {
+    const c = view.get("cli", job.host, "cli");
+    return [
+      job.host === "deno" ? "Deno" : "Bun",
+      fmt(c?.cliMs),
+      fmt(c?.handMs),
+      ratio((c?.cliMs ?? NaN) / (c?.handMs ?? NaN)),
+      fmt(c?.stallMs),
+      fmt(c?.stallMaxMs),
+    ];
+  });
+  return table([
+    "runtime",
+    "CLI, one one-shot call, ms",
+    "CLI spawning a hand-written worker, ms",
+    "ratio",
+    "longest event-loop stall, median, ms",
+    "longest stall, worst run, ms",
+  ], rows);
+}
+
 function importSection(view: View): string {
   const rows = view.of("import").map((job) => {
     const m = view.get("import", job.host, "import");
@@ -670,6 +740,13 @@ ${streamSection(view)}`);
 \`deno run import_airlock.ts\` (imports \`mod.ts\`, exits) against \`deno run empty.ts\`; the same on Bun.
 
 ${importSection(view)}`);
+  }
+  if (has("cli")) {
+    parts.push(`## Issue 23: a CLI with one one-shot call
+
+Whole processes, spawn to exit: \`scripts/bench/first_start.ts\` imports airlock, makes one \`oneShot\` call with the default options (sandboxed) and exits; \`scripts/bench/hand_cli.ts\` spawns a hand-written stdin/stdout worker (\`hand_worker.ts\`) on the same runtime, asks it one sum and exits. Both run with all permissions on Deno. first_start.ts also reports the longest gap of a 1 ms timer from the call (after its import of airlock) to the answer: the parent's longest event-loop stall during its first start.
+
+${cliSection(view)}`);
   }
   return `${parts.join("\n\n")}\n`;
 }

@@ -911,6 +911,75 @@ async function importCost(config: DriverConfig): Promise<unknown> {
   return { importMs: median(withImport), emptyMs: median(without) };
 }
 
+/** Runs a program to its end, returning its exit code and stdout. */
+async function runOutput(
+  argv: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; stdout: string }> {
+  const { spawn } = await import("node:child_process");
+  return await new Promise((resolve, reject) => {
+    const child = spawn(argv[0] as string, argv.slice(1), {
+      env,
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    let stdout = "";
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk: string) => stdout += chunk);
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code: code ?? -1, stdout }));
+  });
+}
+
+/**
+ * Issue 23: a CLI that imports airlock, makes one one-shot call and exits
+ * (first_start.ts, which also reports its longest event-loop stall), against
+ * the same CLI spawning a hand-written stdin/stdout worker (hand_cli.ts):
+ * whole processes, spawn to exit.
+ */
+async function cli(config: DriverConfig): Promise<unknown> {
+  // Both CLIs spawn processes and read files: all permissions on Deno.
+  const cliArgv = (script: string): string[] =>
+    runtimeName() === "deno"
+      ? [execPath(), "run", "-A", "--quiet", scriptPath(script)]
+      : [execPath(), "run", scriptPath(script)];
+  const airlock: number[] = [];
+  const hand: number[] = [];
+  const stalls: number[] = [];
+  const env = {
+    ...workerEnv,
+    PATH: envVar("PATH") ?? "/usr/bin:/bin",
+    HOME: envVar("HOME") ?? "/",
+    ...(envVar("DENO_DIR") ? { DENO_DIR: envVar("DENO_DIR") as string } : {}),
+  };
+  for (let i = -config.warmup; i < config.iterations; i++) {
+    let t = performance.now();
+    const run = await runOutput(cliArgv("first_start.ts"), env);
+    const airlockMs = performance.now() - t;
+    check(run.code === 0, "first_start.ts exits 0");
+    t = performance.now();
+    check(
+      (await runOutput(cliArgv("hand_cli.ts"), env)).code === 0,
+      "hand_cli.ts exits 0",
+    );
+    const handMs = performance.now() - t;
+    if (i >= 0) {
+      airlock.push(airlockMs);
+      hand.push(handMs);
+      stalls.push(
+        (JSON.parse(run.stdout.trim().split("\n").at(-1) ?? "{}") as {
+          stallMs: number;
+        }).stallMs,
+      );
+    }
+  }
+  return {
+    cliMs: median(airlock),
+    handMs: median(hand),
+    stallMs: median(stalls),
+    stallMaxMs: Math.max(...stalls),
+  };
+}
+
 async function main(): Promise<void> {
   const config = JSON.parse(scriptArgs()[0] ?? "{}") as DriverConfig;
   let result: unknown;
@@ -938,6 +1007,9 @@ async function main(): Promise<void> {
       break;
     case "import":
       result = await importCost(config);
+      break;
+    case "cli":
+      result = await cli(config);
       break;
     case "stream":
       result = await streamRows(config);

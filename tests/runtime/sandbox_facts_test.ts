@@ -8,7 +8,9 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { fixture, needsSandbox, RUNTIME, scratchDir } from "../_helpers.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsSandbox } from "../_helpers/tools.ts";
 
 const root = scratchDir("facts");
 after(() => root[Symbol.dispose]());

@@ -1,0 +1,32 @@
+// deno-lint-ignore-file no-console
+/**
+ * Issue 23's CLI scenario and stall row: a program that imports airlock,
+ * makes one `oneShot` call (the parent's first start: probes, command
+ * build, spawn) and exits. A 1 ms timer runs from the call (after the
+ * import) to the answer; the longest gap between its firings (the parent's
+ * longest event-loop stall during its first start) is printed on stdout as
+ * `{"stallMs": …}`. The driver
+ * times the whole process from spawn to exit and compares it with
+ * `hand_cli.ts`.
+ *
+ * @module
+ */
+
+const { default: process } = await import("node:process");
+const { oneShot } = await import("../../mod.ts");
+const marker = process.env.AIRLOCK_BENCH_RUN;
+let last = performance.now();
+let worst = 0;
+const timer = setInterval(() => {
+  const now = performance.now();
+  worst = Math.max(worst, now - last);
+  last = now;
+}, 1);
+const worker = oneShot<typeof import("./bench_worker.ts").default>(
+  new URL("./bench_worker.ts", import.meta.url),
+  // The driver's marker, so its check that no process is left sees it.
+  marker === undefined ? {} : { env: { AIRLOCK_BENCH_RUN: marker } },
+);
+if (await worker.add(1, 2) !== 3) throw new Error("wrong answer");
+clearInterval(timer);
+console.log(JSON.stringify({ stallMs: worst }));
