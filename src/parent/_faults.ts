@@ -21,6 +21,7 @@ const owners = new WeakMap<object, object>();
 const states = new WeakMap<object, FaultState>();
 /** Connection to its owner. */
 const connections = new WeakMap<object, object>();
+const aliases = new WeakMap<object, object>();
 /** Owners that have ever had a fault set: 0 keeps the checks free. */
 let inUse = 0;
 
@@ -56,14 +57,27 @@ export function faultsOf(handle: object): FaultState | undefined {
 }
 
 /**
+ * Makes a copy of a handle's resolved options (a pool's options for one of
+ * its `launchers`) share the handle's injected faults.
+ *
+ * @param copy The copy its starts are given.
+ * @param owner The options the handle was bound to.
+ */
+export function shareFaults(copy: object, owner: object): void {
+  aliases.set(copy, owner);
+}
+
+/**
  * Called as a worker starts: ties the connection to its owner and says
  * whether this start is to fail (consuming one injected failure).
  *
- * @param owner The resolved options of the session or pool.
+ * @param start The resolved options the start was given (the session's or
+ *   pool's, or a copy of them: {@linkcode shareFaults}).
  * @param connection The new connection.
  * @returns Whether to fail this start.
  */
-export function startFault(owner: object, connection: object): boolean {
+export function startFault(start: object, connection: object): boolean {
+  const owner = aliases.get(start) ?? start;
   // Once per start, not per call: a delay set later reaches this worker too.
   connections.set(connection, owner);
   if (inUse === 0) return false;

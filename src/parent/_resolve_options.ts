@@ -403,7 +403,35 @@ export function resolvePoolOptions<D>(
       0,
     ),
     route: resolveRoute(options.route),
+    launchers: resolveLaunchers(options),
   };
+}
+
+function resolveLaunchers<D>(options: PoolOptions<D>): string[][] {
+  const value: unknown = options.launchers;
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) {
+    throw new TypeError(
+      invalid("launchers", "a list of launchers (argv lists)", value),
+    );
+  }
+  if (value.length === 0) {
+    throw new RangeError(invalid("launchers", "at least one launcher", value));
+  }
+  if (options.launcher !== undefined) {
+    throw new TypeError(
+      'Invalid options "launcher" and "launchers": give one of them (a pool over several hosts takes "launchers" alone)',
+    );
+  }
+  return value.map((launcher: unknown, index) => {
+    const argv = stringList(`launchers[${index}]`, launcher);
+    if (argv.length === 0) {
+      throw new RangeError(
+        invalid(`launchers[${index}]`, "a non-empty argv prefix", launcher),
+      );
+    }
+    return argv;
+  });
 }
 
 function resolveRoute(value: unknown): ResolvedPoolOptions["route"] {

@@ -483,6 +483,22 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * @default {undefined}
    */
   route?: (op: string, args: readonly unknown[]) => CallKey | undefined;
+  /**
+   * Several launchers, one per host (each entry what `launcher` takes):
+   * workers spread over them, each new worker through the least loaded
+   * launcher in service (`stats().perWorker[].launcher` is its index). A
+   * launcher whose starts fail twice in a row (a worker that dies unasked
+   * within 2 s of its start counts as a failed start) is set aside for a
+   * backoff (1 s, doubling up to 30 s), then tried again; meanwhile the
+   * others carry the load. A lost host fails its running calls with
+   * `WorkerCrashedError` (`executed: "maybe"`; idempotent ones are retried
+   * on another worker), and its workers are replaced on the others. With
+   * every launcher set aside, calls fail with `WorkerStartError` naming
+   * each launcher's last failure. Not with `launcher`. See docs/remote.md.
+   *
+   * @default {undefined}
+   */
+  launchers?: readonly (readonly string[])[];
 }
 
 /**
@@ -643,6 +659,7 @@ export const POOL_OPTION_KEYS: readonly string[] = keyList<PoolOptions>()([
   "concurrency",
   "pipeline",
   "route",
+  "launchers",
 ]);
 
 /** The keys of the `limits` option ({@linkcode LimitsOption}). */
@@ -731,4 +748,6 @@ export interface ResolvedPoolOptions {
   route:
     | ((op: string, args: readonly unknown[]) => CallKey | undefined)
     | undefined;
+  /** The launchers workers spread over (empty: the one `launcher`). */
+  launchers: string[][];
 }

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { AirlockError, PoolBusyError } from "../errors.ts";
+import { AirlockError, PoolBusyError, WorkerStartError } from "../errors.ts";
 import { rssUnreadable } from "../runtime/proc.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
@@ -41,7 +41,7 @@ import {
   type WorkerCall,
   type WorkerStream,
 } from "./proxy.ts";
-import { bindFaults } from "./_faults.ts";
+import { bindFaults, shareFaults } from "./_faults.ts";
 import {
   resolveTracker,
   type StaleCause,
@@ -56,6 +56,16 @@ import type {
 } from "./stats.ts";
 import type { SandboxBackend } from "../runtime/sandbox/types.ts";
 import type { LimitMechanisms } from "../runtime/sandbox/limits/types.ts";
+import {
+  describeLaunchers,
+  diedAtConnect,
+  EARLY_EXIT_MS,
+  freshHealth,
+  type LauncherHealth,
+  pickLauncher,
+  recordFailure,
+  recordSuccess,
+} from "./_launcher_health.ts";
 
 /** Figures of one worker of a pool. */
 export interface PoolWorkerStats {
@@ -76,6 +86,11 @@ export interface PoolWorkerStats {
   standby: boolean;
   /** Sticky keys bound to it (calls with these keys run here). */
   keys: number;
+  /**
+   * The index of the `launchers` entry it runs through (0 in a pool without
+   * `launchers`).
+   */
+  launcher: number;
   /**
    * The OS sandbox backends confining it, outermost first (`"bwrap"`,
    * `"landlock"`); empty when none does.
@@ -176,6 +191,10 @@ export type Pool<D = unknown> = WorkerApi<D> & {
 
 interface PoolWorker {
   conn: Connection;
+  /** The index of the launcher it runs through (`launchers`; else 0). */
+  launcher: number;
+  /** When it was ready (ms since the epoch). */
+  readyAt: number;
   stamp: StateStamp;
   calls: number;
   retiring: boolean;
@@ -246,6 +265,13 @@ class PoolCore extends ModeCore {
   #keyOwner = new Map<CallKey, PoolWorker>();
   /** Admitted keyed calls not yet settled: 0 keeps the plain FIFO path. */
   #keyedUnsettled = 0;
+  /**
+   * With `launchers`: each launcher's health, the options its workers start
+   * with, and its starts in progress. Empty without `launchers`.
+   */
+  #health: LauncherHealth[] = [];
+  #launcherOptions: ResolvedWorkerOptions[] = [];
+  #startingOn: number[] = [];
 
   constructor(
     options: ResolvedWorkerOptions,
@@ -257,6 +283,15 @@ class PoolCore extends ModeCore {
     this.limits = limits;
     this.tracker = tracker;
     this.metrics.capacity = limits.max * limits.concurrency;
+    for (const launcher of limits.launchers) {
+      this.#health.push(freshHealth());
+      // One attempt per start: where the next goes is the launchers'
+      // health's decision, not a retry on the same host.
+      const copy = { ...options, launcher, maxRetries: 0 };
+      shareFaults(copy, options);
+      this.#launcherOptions.push(copy);
+      this.#startingOn.push(0);
+    }
     for (let i = 0; i < limits.prewarm; i++) this.#startWorker();
   }
 
@@ -297,7 +332,20 @@ class PoolCore extends ModeCore {
    * @param predecessor The worker it replaces, when started ahead of that
    *   worker's retirement: it waits on standby until then.
    */
-  #startWorker(predecessor?: PoolWorker): void {
+  #startWorker(predecessor?: PoolWorker): boolean {
+    let launcher = 0;
+    let options = this.options;
+    if (this.#health.length > 0) {
+      const picked = pickLauncher(
+        this.#health,
+        this.#launcherLoad(),
+        Date.now(),
+      );
+      if (picked === undefined) return false;
+      launcher = picked;
+      options = this.#launcherOptions[picked] as ResolvedWorkerOptions;
+      (this.#startingOn[picked] as number)++;
+    }
     const stamp = this.tracker.stamp();
     if (predecessor) this.#successorStarts++;
     const holder: { worker?: PoolWorker } = {};
@@ -313,13 +361,19 @@ class PoolCore extends ModeCore {
       onLiveness: () => this.#pump(),
     };
     const begun = Date.now();
-    const start = launchWorker(this.options, this.adapter, events, "pool").then(
+    const start = launchWorker(options, this.adapter, events, "pool").then(
       (conn) => {
         this.#starts.delete(start);
         if (predecessor) this.#successorStarts--;
         this.#startMs = Date.now() - begun;
+        if (this.#health.length > 0) {
+          (this.#startingOn[launcher] as number)--;
+          recordSuccess(this.#health[launcher] as LauncherHealth);
+        }
         const worker: PoolWorker = {
           conn,
+          launcher,
+          readyAt: Date.now(),
           stamp,
           calls: 0,
           retiring: false,
@@ -373,6 +427,19 @@ class PoolCore extends ModeCore {
           predecessor.succeeded = false;
         }
         const descriptors = outOfDescriptors(error);
+        if (this.#health.length > 0 && !descriptors) {
+          // Another launcher may serve: the pool fails its queue only once
+          // every launcher is set aside (#failIfStranded).
+          (this.#startingOn[launcher] as number)--;
+          recordFailure(
+            this.#health[launcher] as LauncherHealth,
+            error,
+            Date.now(),
+          );
+          this.#pump();
+          return;
+        }
+        if (this.#health.length > 0) (this.#startingOn[launcher] as number)--;
         if (
           this.#liveCount() === 0 && (!descriptors || this.#starting === 0)
         ) {
@@ -391,9 +458,63 @@ class PoolCore extends ModeCore {
       },
     );
     this.#starts.add(start);
+    return true;
+  }
+
+  /**
+   * Workers serving or starting on each launcher (`launchers`), as they will
+   * be once every replacement started ahead has taken over.
+   */
+  #launcherLoad(): number[] {
+    const load = [...this.#startingOn];
+    for (const worker of this.#workers) {
+      if (worker.retiring || (worker.succeeded && !worker.standby)) continue;
+      load[worker.launcher] = (load[worker.launcher] ?? 0) + 1;
+    }
+    return load;
+  }
+
+  /**
+   * With every launcher set aside and nothing serving or starting, fails
+   * the queued calls with an error naming each launcher's last failure
+   * (rather than wait for a backoff no call asked for).
+   */
+  #failIfStranded(): void {
+    if (
+      this.#health.length === 0 || this.queue.length === 0 ||
+      this.#starting > 0 || this.#liveCount() > 0
+    ) return;
+    const now = Date.now();
+    if (pickLauncher(this.#health, this.#launcherLoad(), now) !== undefined) {
+      return;
+    }
+    this.failQueued(
+      new WorkerStartError({
+        module: this.options.label,
+        failure: "spawn",
+        detail: `every launcher is set aside after failed starts: ${
+          describeLaunchers(this.limits.launchers, this.#health, now)
+        }`,
+        cause: this.#health.at(-1)?.lastFailure,
+      }),
+    );
   }
 
   #onExit(worker: PoolWorker, exit: ConnectionExit): void {
+    const now = Date.now();
+    if (
+      this.#health.length > 0 &&
+      diedAtConnect(exit.requested, worker.readyAt, now)
+    ) {
+      const code = exit.signal ?? `code ${exit.code}`;
+      recordFailure(
+        this.#health[worker.launcher] as LauncherHealth,
+        new AirlockError(
+          `its worker (pid ${exit.pid}) exited (${code}) within ${EARLY_EXIT_MS} ms of its start`,
+        ),
+        now,
+      );
+    }
     this.#workers.delete(worker);
     this.#cap = Infinity;
     this.#handOver(worker);
@@ -556,7 +677,10 @@ class PoolCore extends ModeCore {
       Math.ceil(placeable / this.limits.concurrency) - this.#starting,
       this.#max() - live - this.#starting,
     );
-    while (wanted-- > 0) this.#startWorker();
+    while (wanted-- > 0) {
+      if (!this.#startWorker()) break;
+    }
+    this.#failIfStranded();
   }
 
   /** `max`, or fewer for a while after a start ran out of descriptors. */
@@ -695,8 +819,9 @@ class PoolCore extends ModeCore {
         left <= lead && left > 0 &&
         this.#servingAfterReplacements() <= this.limits.max
       ) {
+        // Set first: its launcher's load no longer counts it.
         worker.succeeded = true;
-        this.#startWorker(worker);
+        if (!this.#startWorker(worker)) worker.succeeded = false;
       }
     }
     if (worker.calls >= limit) {
@@ -706,7 +831,7 @@ class PoolCore extends ModeCore {
         this.#servingAfterReplacements() < this.limits.max
       ) {
         worker.succeeded = true;
-        this.#startWorker();
+        if (!this.#startWorker()) worker.succeeded = false;
       }
     }
   }
@@ -791,6 +916,7 @@ class PoolCore extends ModeCore {
         retiring: worker.retiring,
         standby: worker.standby,
         keys: worker.keys.size,
+        launcher: worker.launcher,
         sandboxes: worker.conn.sandboxes,
         limits: worker.conn.limits,
       });
@@ -863,6 +989,11 @@ export function pool<D = unknown>(
     POOL_OPTION_KEYS,
   );
   const limits = resolvePoolOptions(options);
+  // Workers run elsewhere: what holds for `launcher` holds for each entry
+  // (each start gets its own entry).
+  if (limits.launchers.length > 0) {
+    resolved.launcher = limits.launchers[0] as string[];
+  }
   if (limits.maxRssBytes > 0) {
     // Never silently off: the recycle needs each worker's resident memory.
     const problem = resolved.launcher.length > 0
