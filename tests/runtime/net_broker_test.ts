@@ -301,4 +301,29 @@ describe("the broker and the forwarder", () => {
     assert.match(event.refused ?? "", /not one of the worker's net grants/);
     assert.equal(trapped, 0);
   });
+
+  test("refuses a first line longer than 512 bytes, connecting nowhere", async () => {
+    await using net = await start(
+      [`localhost:${echoPort}`],
+      () => [{ address: "127.0.0.1", family: 4 }],
+    );
+    await within(
+      new Promise<void>((resolve, reject) => {
+        const socket = connect({ path: net.broker.socket });
+        socket.on("error", reject);
+        socket.on("close", () => resolve());
+        socket.on("data", () => {});
+        socket.write("x".repeat(600));
+      }),
+      10_000,
+      "the broker's refusal",
+    );
+    await until(
+      () =>
+        events.some((e) => /sent more than 512 bytes/.test(e.refused ?? "")),
+      10_000,
+      "the refusal's event",
+    );
+    assert.equal(trapped, 0);
+  });
 });

@@ -17,7 +17,6 @@
  * @module
  */
 
-import type * as Net from "node:net";
 import type * as Dns from "node:dns";
 import {
   diagnosticsChannel,
@@ -34,6 +33,7 @@ import {
   type NetTarget,
   SANDBOX_NSSWITCH,
 } from "./targets.ts";
+import { type Listener, netIo, pump, type Stream } from "./_io.ts";
 
 /** The diagnostics channel of the broker's connections: {@linkcode NetConnectionEvent}. */
 export const NET_CONNECTION_CHANNEL = "airlock:net:connection";
@@ -128,22 +128,11 @@ export interface NetBroker {
   close(): void;
 }
 
-/** A Node built-in, loaded on first use (never at import). */
-function builtin<T>(id: string): T {
-  return (globalThis as unknown as {
-    process: { getBuiltinModule(id: string): unknown };
-  }).process.getBuiltinModule(id) as T;
-}
-
-function net(): typeof Net {
-  return builtin<typeof Net>("node:net");
-}
-
 function defaultLookup(host: string): ReturnType<NetLookup> {
-  return builtin<typeof Dns>("node:dns").promises.lookup(host, {
-    all: true,
-    verbatim: true,
-  });
+  const dns = (globalThis as unknown as {
+    process: { getBuiltinModule(id: string): unknown };
+  }).process.getBuiltinModule("node:dns") as typeof Dns;
+  return dns.promises.lookup(host, { all: true, verbatim: true });
 }
 
 /**
@@ -189,7 +178,8 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
   const connectTimeoutMs = options.connectTimeoutMs ?? NET_CONNECT_TIMEOUT_MS;
   let pid: number | undefined;
   let closed = false;
-  const open = new Set<Net.Socket>();
+  let server: Listener | undefined;
+  const open = new Set<Stream>();
 
   let readyResolve!: () => void;
   let readyReject!: (error: Error) => void;
@@ -212,156 +202,145 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
     channel.publish({ pid, module: options.module, ...event });
   };
 
-  const server = net().createServer({ allowHalfOpen: true }, (client) => {
-    if (closed) {
-      client.destroy();
-      return;
-    }
-    open.add(client);
-    client.once("close", () => open.delete(client));
+  const serve = async (client: Stream): Promise<void> => {
     const started = performance.now();
-    if (open.size > MAX_NET_CONNECTIONS) {
-      client.destroy();
+    const refuse = (
+      target: string,
+      found: NetTarget | undefined,
+      reason: string,
+      bytesOut = 0,
+    ): void => {
       publish({
-        target: "",
-        host: undefined,
-        port: undefined,
+        target,
+        host: found?.host,
+        port: found?.port,
         address: undefined,
-        bytesOut: 0,
-        bytesIn: 0,
-        durationMs: performance.now() - started,
-        refused:
-          `more than ${MAX_NET_CONNECTIONS} connections open at once through the broker`,
-        error: undefined,
-      });
-      return;
-    }
-    readHeader(client, (line, rest) => {
-      if (line === undefined) {
-        client.destroy();
-        return;
-      }
-      if (line === "ready") {
-        settleReady();
-        // The control connection stays open while the forwarder lives.
-        client.on("data", () => {});
-        client.once(
-          "close",
-          () => settleReady(new Error("the network forwarder exited")),
-        );
-        return;
-      }
-      if (line.startsWith("error ")) {
-        settleReady(
-          new Error(`the network forwarder failed: ${line.slice(6)}`),
-        );
-        client.destroy();
-        return;
-      }
-      const target = targets.get(line);
-      if (target === undefined) {
-        client.destroy();
-        publish({
-          target: line,
-          host: undefined,
-          port: undefined,
-          address: undefined,
-          bytesOut: 0,
-          bytesIn: 0,
-          durationMs: performance.now() - started,
-          refused: `"${line}" is not one of the worker's net grants`,
-          error: undefined,
-        });
-        return;
-      }
-      relay(client, rest, target, started);
-    }, () => {
-      publish({
-        target: "",
-        host: undefined,
-        port: undefined,
-        address: undefined,
-        bytesOut: 0,
-        bytesIn: 0,
-        durationMs: performance.now() - started,
-        refused: `the connection named no target within ${
-          NET_HEADER_TIMEOUT_MS / 1000
-        } s or sent more than ${MAX_HEADER_BYTES} bytes first`,
-        error: undefined,
-      });
-    });
-  });
-
-  const relay = (
-    client: Net.Socket,
-    rest: Uint8Array,
-    target: NetTarget,
-    started: number,
-  ): void => {
-    const base = {
-      target: target.scope,
-      host: target.host,
-      port: target.port,
-    };
-    const refuse = (reason: string): void => {
-      client.destroy();
-      publish({
-        ...base,
-        address: undefined,
-        bytesOut: rest.byteLength,
+        bytesOut,
         bytesIn: 0,
         durationMs: performance.now() - started,
         refused: reason,
         error: undefined,
       });
     };
-    // Hold what the worker sends until the server is connected.
-    client.pause();
-    addressesOf(target, lookup).then(async (addresses) => {
-      if ("refused" in addresses) return refuse(addresses.refused);
-      let last = "";
-      for (const address of addresses) {
-        if (closed || client.destroyed) return refuse("the worker went away");
-        const upstream = await connectTo(
+    if (open.size > MAX_NET_CONNECTIONS) {
+      return refuse(
+        "",
+        undefined,
+        `more than ${MAX_NET_CONNECTIONS} connections open at once through the broker`,
+      );
+    }
+    const header = await readHeader(client);
+    if (header === undefined) {
+      return refuse(
+        "",
+        undefined,
+        `the connection named no target within ${
+          NET_HEADER_TIMEOUT_MS / 1000
+        } s or sent more than ${MAX_HEADER_BYTES} bytes first`,
+      );
+    }
+    const { line, rest } = header;
+    if (line === "ready") {
+      settleReady();
+      // The control connection stays open while the forwarder lives.
+      try {
+        while ((await client.read()) !== null) {
+          // Nothing more is expected on it.
+        }
+      } catch {
+        // Gone.
+      }
+      return settleReady(new Error("the network forwarder exited"));
+    }
+    if (line.startsWith("error ")) {
+      return settleReady(
+        new Error(`the network forwarder failed: ${line.slice(6)}`),
+      );
+    }
+    const target = targets.get(line);
+    if (target === undefined) {
+      return refuse(
+        line,
+        undefined,
+        `"${line}" is not one of the worker's net grants`,
+      );
+    }
+    let addresses: string[] | { refused: string };
+    try {
+      addresses = await addressesOf(target, lookup);
+    } catch (error: unknown) {
+      addresses = {
+        refused: `cannot resolve "${target.host}": ${
+          error instanceof Error ? error.message : String(error)
+        }`,
+      };
+    }
+    if ("refused" in addresses) {
+      return refuse(target.scope, target, addresses.refused, rest.byteLength);
+    }
+    let last = "";
+    for (const address of addresses) {
+      if (closed) break;
+      let upstream: Stream;
+      try {
+        upstream = await netIo().connectTcp(
           address,
           target.port,
           connectTimeoutMs,
         );
-        if ("error" in upstream) {
-          last = `${address}: ${upstream.error}`;
-          continue;
-        }
-        pipeBoth(client, upstream.socket, rest, (error) => {
-          publish({
-            ...base,
-            address,
-            bytesOut: upstream.socket.bytesWritten,
-            bytesIn: client.bytesWritten,
-            durationMs: performance.now() - started,
-            refused: undefined,
-            error,
-          });
-        });
-        open.add(upstream.socket);
-        upstream.socket.once("close", () => open.delete(upstream.socket));
-        return;
-      }
-      refuse(`cannot connect to "${target.scope}": ${last}`);
-    }, (error: unknown) => {
-      refuse(
-        `cannot resolve "${target.host}": ${
+      } catch (error: unknown) {
+        last = `${address}: ${
           error instanceof Error ? error.message : String(error)
-        }`,
-      );
+        }`;
+        continue;
+      }
+      open.add(upstream);
+      try {
+        if (closed) break;
+        const counts = { out: rest.byteLength, in: 0 };
+        const error = await relay(client, upstream, rest, counts);
+        publish({
+          target: target.scope,
+          host: target.host,
+          port: target.port,
+          address,
+          bytesOut: counts.out,
+          bytesIn: counts.in,
+          durationMs: performance.now() - started,
+          refused: undefined,
+          error,
+        });
+        return;
+      } finally {
+        upstream.close();
+        open.delete(upstream);
+      }
+    }
+    refuse(
+      target.scope,
+      target,
+      closed
+        ? "the worker went away"
+        : `cannot connect to "${target.scope}": ${last}`,
+      rest.byteLength,
+    );
+  };
+
+  const onStream = (client: Stream): void => {
+    if (closed) {
+      client.close();
+      return;
+    }
+    open.add(client);
+    serve(client).catch(() => {}).finally(() => {
+      client.close();
+      open.delete(client);
     });
   };
 
-  const listening = new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(socket, () => {
-      server.off("error", reject);
-      resolve();
-    });
+  const listening = netIo().listenUnix(socket, onStream).then((listener) => {
+    server = listener;
+    if (closed) listener.close();
   });
   listening.catch(() => {});
 
@@ -379,8 +358,8 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
       if (closed) return;
       closed = true;
       settleReady(new Error("the network broker was closed"));
-      server.close();
-      for (const socket of open) socket.destroy();
+      server?.close();
+      for (const stream of open) stream.close();
       open.clear();
       try {
         rmSync(dir, { recursive: true, force: true });
@@ -425,132 +404,68 @@ async function addressesOf(
   };
 }
 
-function connectTo(
-  address: string,
-  port: number,
-  timeoutMs: number,
-): Promise<{ socket: Net.Socket } | { error: string }> {
-  return new Promise((resolve) => {
-    const socket = net().connect({
-      host: address,
-      port,
-      allowHalfOpen: true,
-      noDelay: true,
-    });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      resolve({ error: `no answer within ${timeoutMs} ms` });
-    }, timeoutMs);
-    socket.once("connect", () => {
-      clearTimeout(timer);
-      socket.removeAllListeners("error");
-      resolve({ socket });
-    });
-    socket.once("error", (error: Error) => {
-      clearTimeout(timer);
-      socket.destroy();
-      resolve({ error: error.message });
-    });
-  });
-}
-
 /**
- * Relays both ways with backpressure (`pipe`: a side whose peer cannot take
- * more is paused); an end is passed on as a half-close; an error on either
- * side ends both. `done` runs once both are closed.
+ * Relays both ways (each direction: read, write, wait until the socket took
+ * it: backpressure), passing an end on as a half-close, until both
+ * directions ended or either failed.
+ *
+ * @returns The error that ended it, or `undefined`.
  */
-function pipeBoth(
-  client: Net.Socket,
-  upstream: Net.Socket,
+async function relay(
+  client: Stream,
+  upstream: Stream,
   first: Uint8Array,
-  done: (error: string | undefined) => void,
-): void {
-  let error: string | undefined;
-  let closedSides = 0;
-  const onClose = (): void => {
-    if (++closedSides === 2) done(error);
-  };
-  const onError = (cause: Error): void => {
-    error ??= cause.message;
-    client.destroy();
-    upstream.destroy();
-  };
-  client.on("error", onError);
-  upstream.on("error", onError);
-  client.once("close", onClose);
-  upstream.once("close", onClose);
-  // A side that closes entirely (not a half-close) ends the other.
-  client.once("close", () => upstream.destroyed || upstream.end());
-  upstream.once("close", () => client.destroyed || client.end());
-  upstream.setNoDelay(true);
-  if (first.byteLength > 0) upstream.write(first);
-  client.pipe(upstream);
-  upstream.pipe(client);
-  client.resume();
+  counts: { out: number; in: number },
+): Promise<string | undefined> {
+  try {
+    if (first.byteLength > 0) await upstream.write(first);
+    await Promise.all([
+      pump(client, upstream, (n) => (counts.out += n)),
+      pump(upstream, client, (n) => (counts.in += n)),
+    ]);
+    return undefined;
+  } catch (error: unknown) {
+    client.close();
+    upstream.close();
+    return error instanceof Error ? error.message : String(error);
+  }
 }
 
 /**
  * Reads the first line of a connection (at most {@linkcode MAX_HEADER_BYTES},
- * within {@linkcode NET_HEADER_TIMEOUT_MS}), then hands it and the bytes
- * after it on; `line` is `undefined` when the connection ended first.
+ * within {@linkcode NET_HEADER_TIMEOUT_MS}) and the bytes after it;
+ * `undefined` when it ended, failed or ran past either bound first.
  */
-function readHeader(
-  socket: Net.Socket,
-  onLine: (line: string | undefined, rest: Uint8Array) => void,
-  onRefused: () => void,
-): void {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const timer = setTimeout(() => {
-    finish();
-    socket.destroy();
-    onRefused();
-  }, NET_HEADER_TIMEOUT_MS);
-  const finish = (): void => {
-    clearTimeout(timer);
-    socket.off("data", onData);
-    socket.off("end", onEnd);
-    socket.off("error", onEnd);
-  };
-  const onEnd = (): void => {
-    finish();
-    onLine(undefined, new Uint8Array(0));
-  };
-  const onData = (chunk: Uint8Array): void => {
-    chunks.push(chunk);
-    size += chunk.byteLength;
-    const all = chunks.length === 1 ? chunk : concat(chunks, size);
-    const newline = all.indexOf(10);
-    if (newline < 0) {
-      if (size > MAX_HEADER_BYTES) {
-        finish();
-        socket.destroy();
-        onRefused();
+async function readHeader(
+  stream: Stream,
+): Promise<{ line: string; rest: Uint8Array } | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), NET_HEADER_TIMEOUT_MS);
+  });
+  const reading = (async () => {
+    let all = new Uint8Array(0);
+    while (true) {
+      const chunk = await stream.read();
+      if (chunk === null) return undefined;
+      const joined = new Uint8Array(all.byteLength + chunk.byteLength);
+      joined.set(all);
+      joined.set(chunk, all.byteLength);
+      all = joined;
+      const newline = all.indexOf(10);
+      if (newline > MAX_HEADER_BYTES) return undefined;
+      if (newline >= 0) {
+        return {
+          line: new TextDecoder().decode(all.subarray(0, newline)),
+          rest: all.subarray(newline + 1),
+        };
       }
-      return;
+      if (all.byteLength > MAX_HEADER_BYTES) return undefined;
     }
-    if (newline > MAX_HEADER_BYTES) {
-      finish();
-      socket.destroy();
-      onRefused();
-      return;
-    }
-    finish();
-    socket.pause();
-    const line = new TextDecoder().decode(all.subarray(0, newline));
-    onLine(line, all.subarray(newline + 1));
-  };
-  socket.on("data", onData);
-  socket.once("end", onEnd);
-  socket.once("error", onEnd);
-}
-
-function concat(chunks: readonly Uint8Array[], size: number): Uint8Array {
-  const all = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    all.set(chunk, offset);
-    offset += chunk.byteLength;
+  })().catch(() => undefined);
+  try {
+    return await Promise.race([reading, deadline]);
+  } finally {
+    clearTimeout(timer);
   }
-  return all;
 }

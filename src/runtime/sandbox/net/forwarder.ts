@@ -17,7 +17,7 @@
  * @module
  */
 
-import type * as Net from "node:net";
+import { type Listener, type NetIo, netIo, pump, type Stream } from "./_io.ts";
 
 /** What the forwarder listens on and where it forwards to. */
 export interface ForwarderSpec {
@@ -35,28 +35,24 @@ export interface ForwarderSpec {
  * Runs the forwarder until the broker closes its control connection.
  *
  * @param spec What to listen on.
- * @param net `node:net`.
+ * @param io The runtime's sockets.
  * @returns Once the broker went away.
  */
 export async function runForwarder(
   spec: ForwarderSpec,
-  net: typeof Net,
+  io: NetIo,
 ): Promise<void> {
-  const servers: Net.Server[] = [];
+  const listeners: Listener[] = [];
   let failure: string | undefined;
   for (const listener of spec.listeners) {
-    const server = net.createServer(
-      { allowHalfOpen: true, pauseOnConnect: true },
-      (client) => forward(net, spec.socket, listener.target, client),
-    );
     try {
-      await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
-        server.listen({ host: listener.address, port: listener.port }, () => {
-          server.off("error", reject);
-          resolve();
-        });
-      });
+      listeners.push(
+        await io.listenTcp(
+          listener.address,
+          listener.port,
+          (client) => void forward(io, spec.socket, listener.target, client),
+        ),
+      );
     } catch (error: unknown) {
       failure = `cannot listen on ${
         listener.address.includes(":")
@@ -67,40 +63,41 @@ export async function runForwarder(
       }`;
       break;
     }
-    servers.push(server);
   }
-  const control = net.connect({ path: spec.socket });
-  control.on("error", () => {});
-  control.write(
-    failure === undefined ? "ready\n" : `error ${failure.slice(0, 400)}\n`,
+  const control = await io.connectUnix(spec.socket);
+  await control.write(
+    new TextEncoder().encode(
+      failure === undefined ? "ready\n" : `error ${failure.slice(0, 400)}\n`,
+    ),
   );
-  await new Promise<void>((resolve) => {
-    control.on("data", () => {});
-    control.once("close", () => resolve());
-  });
-  for (const server of servers) server.close();
+  try {
+    while ((await control.read()) !== null) {
+      // The broker says nothing more; its end is the forwarder's.
+    }
+  } catch {
+    // Gone.
+  }
+  for (const listener of listeners) listener.close();
 }
 
-function forward(
-  net: typeof Net,
+async function forward(
+  io: NetIo,
   socket: string,
   target: string,
-  client: Net.Socket,
-): void {
-  const upstream = net.connect({ path: socket, allowHalfOpen: true });
-  const end = (): void => {
-    client.destroy();
-    upstream.destroy();
-  };
-  client.on("error", end);
-  upstream.on("error", end);
-  client.once("close", () => upstream.destroyed || upstream.end());
-  upstream.once("close", () => client.destroyed || client.end());
-  client.setNoDelay(true);
-  upstream.write(`${target}\n`);
-  client.pipe(upstream);
-  upstream.pipe(client);
-  client.resume();
+  client: Stream,
+): Promise<void> {
+  let upstream: Stream | undefined;
+  try {
+    upstream = await io.connectUnix(socket);
+    await upstream.write(new TextEncoder().encode(`${target}\n`));
+    const to = upstream;
+    await Promise.all([pump(client, to, () => {}), pump(to, client, () => {})]);
+  } catch {
+    // Either side went away: end both.
+  } finally {
+    client.close();
+    upstream?.close();
+  }
 }
 
 /** The forwarder's argument, parsed; throws on anything else. */
@@ -121,28 +118,34 @@ function parseSpec(text: string | undefined): ForwarderSpec {
 }
 
 if (import.meta.main) {
+  // Deno's own API on Deno: touching `process` there would start its Node
+  // compatibility, about 25 ms of CPU at every start.
   const global = globalThis as unknown as {
+    Bun?: unknown;
+    Deno?: {
+      args: string[];
+      exit(code: number): never;
+      stderr: { writeSync(bytes: Uint8Array): number };
+    };
     process: {
       argv: string[];
-      getBuiltinModule(id: string): unknown;
       exit(code: number): never;
       stderr: { write(text: string): boolean };
     };
   };
-  const nodeProcess = global.process;
+  const deno = global.Bun === undefined ? global.Deno : undefined;
+  const exit = (code: number): never =>
+    deno ? deno.exit(code) : global.process.exit(code);
   try {
-    const spec = parseSpec(nodeProcess.argv.at(-1));
-    await runForwarder(
-      spec,
-      nodeProcess.getBuiltinModule("node:net") as typeof Net,
-    );
-    nodeProcess.exit(0);
+    const args = deno ? deno.args : global.process.argv;
+    await runForwarder(parseSpec(args.at(-1)), netIo());
+    exit(0);
   } catch (error: unknown) {
-    nodeProcess.stderr.write(
-      `airlock net forwarder: ${
-        error instanceof Error ? error.message : String(error)
-      }\n`,
-    );
-    nodeProcess.exit(1);
+    const message = `airlock net forwarder: ${
+      error instanceof Error ? error.message : String(error)
+    }\n`;
+    if (deno) deno.stderr.writeSync(new TextEncoder().encode(message));
+    else global.process.stderr.write(message);
+    exit(1);
   }
 }
