@@ -187,17 +187,25 @@ export interface WorkerCrashedErrorOptions extends AirlockErrorOptions {
 }
 
 /**
- * A key of the `limits` option at which the kernel ends a worker: its
- * memory (the out-of-memory killer in its cgroup), its CPU time (`SIGXCPU`,
- * then `SIGKILL`) or its file size (`SIGXFSZ`).
+ * A key of the `limits` option at which a worker ended: the kernel ended it
+ * at its memory (the out-of-memory killer in its cgroup), its CPU time
+ * (`SIGXCPU`, then `SIGKILL`) or its file size (`SIGXFSZ`); or it died at
+ * its process limit (`"processes"`: its cgroup refused a fork or thread,
+ * and the runtime, which needs threads of its own, gave up: Deno does).
  */
-export type LimitBreach = "memoryBytes" | "cpuSeconds" | "fileSizeBytes";
+export type LimitBreach =
+  | "memoryBytes"
+  | "cpuSeconds"
+  | "fileSizeBytes"
+  | "processes";
 
 /** What a crash message says of each limit. */
 const LIMIT_TEXT: Readonly<Record<LimitBreach, string>> = {
-  memoryBytes: "its memory limit",
-  cpuSeconds: "its CPU time limit",
-  fileSizeBytes: "its file size limit",
+  memoryBytes: "was ended by the kernel at its memory limit",
+  cpuSeconds: "was ended by the kernel at its CPU time limit",
+  fileSizeBytes: "was ended by the kernel at its file size limit",
+  processes:
+    "died at its process limit (a thread or process it needed could not be created)",
 };
 
 /**
@@ -293,9 +301,10 @@ export class WorkerCrashedError extends AirlockError {
   /** The pid of the worker of each attempt, in order. */
   readonly pids: readonly number[];
   /**
-   * The key of the `limits` option at which the kernel ended the worker
-   * (`"memoryBytes"`, `"cpuSeconds"`, `"fileSizeBytes"`), or `undefined`
-   * when no limit ended it.
+   * The key of the `limits` option at which the worker ended
+   * (`"memoryBytes"`, `"cpuSeconds"`, `"fileSizeBytes"`: the kernel ended
+   * it; `"processes"`: its runtime died when a thread or process it needed
+   * was refused), or `undefined` when no limit ended it.
    */
   readonly limit: LimitBreach | undefined;
 
@@ -321,9 +330,7 @@ export class WorkerCrashedError extends AirlockError {
     const status = options.signal ??
       (options.exitCode === null ? "exited" : `exit code ${options.exitCode}`);
     const why = options.limit
-      ? `was ended by the kernel at ${
-        LIMIT_TEXT[options.limit]
-      } (limits.${options.limit}; ${status})`
+      ? `${LIMIT_TEXT[options.limit]} (limits.${options.limit}; ${status})`
       : options.reason
       ? `${options.reason} (${status})`
       : describeExit(options.exitCode, options.signal);

@@ -75,7 +75,7 @@ export function startError(
     detail: `${
       exit.limit === undefined
         ? exit.reason ?? "the process ended before it was ready"
-        : `the kernel ended it at limits.${exit.limit} before it was ready (raise the limit)`
+        : `it ended at its limit limits.${exit.limit} before it was ready (raise the limit)`
     }${cut}`,
   });
 }

@@ -101,6 +101,8 @@ describe("cgroup v2 backend (against a tree in a temporary directory)", () => {
       "low 0\nmax 3\noom 1\noom_kill 1\n",
     );
     writeFileSync(`${worker}/memory.current`, "1234\n");
+    writeFileSync(`${worker}/pids.events`, "max 7\n");
+    assert.equal(group.processesRefused(), 7);
     assert.equal(group.oomKills(), 1);
     assert.equal(group.memoryBytes(), 1234);
     assert.equal(group.remove(), true);

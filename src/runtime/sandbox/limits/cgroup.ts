@@ -26,6 +26,8 @@ export interface WorkerCgroup {
   readonly join: readonly string[];
   /** Processes of the group the kernel's out-of-memory killer ended so far. */
   oomKills(): number;
+  /** Forks and threads the group refused so far at its `pids.max`. */
+  processesRefused(): number;
   /** Memory the group's tree uses now, in bytes, when readable. */
   memoryBytes(): number | undefined;
   /**

@@ -187,6 +187,7 @@ export function cgroupV1(
       return gone;
     };
     let memoryGroup: string | undefined;
+    let pidsGroup: string | undefined;
     try {
       if (memory !== undefined) {
         memoryGroup = make(memory);
@@ -200,7 +201,8 @@ export function cgroupV1(
         }
       }
       if (pids !== undefined && limits.processes !== undefined) {
-        write(`${make(pids)}/pids.max`, String(limits.processes));
+        pidsGroup = make(pids);
+        write(`${pidsGroup}/pids.max`, String(limits.processes));
       }
     } catch (error: unknown) {
       removeMade();
@@ -216,6 +218,14 @@ export function cgroupV1(
             fs.read(`${memoryGroup}/memory.oom_control`),
             "oom_kill",
           );
+        } catch {
+          return 0;
+        }
+      },
+      processesRefused: () => {
+        if (pidsGroup === undefined) return 0;
+        try {
+          return keyedValue(fs.read(`${pidsGroup}/pids.events`), "max");
         } catch {
           return 0;
         }

@@ -184,6 +184,13 @@ export function cgroupV2(dir: string, context: CgroupContext): CgroupBackend {
             return 0;
           }
         },
+        processesRefused: () => {
+          try {
+            return keyedValue(fs.read(`${group}/pids.events`), "max");
+          } catch {
+            return 0;
+          }
+        },
         memoryBytes: () => {
           try {
             return Number(fs.read(`${group}/memory.current`));

@@ -82,7 +82,9 @@ export function limitsLaunch(
       ),
     );
   const missingShell = {
-    error: `the limits step runs ${SHELL}, which is missing`,
+    error: process.platform === "linux"
+      ? `the limits step runs ${SHELL}, which is missing`
+      : `limits are held by Linux's cgroups and rlimits, and this is ${process.platform}`,
   };
   const asksRlimits = limits.cpuSeconds !== undefined ||
     limits.fileSizeBytes !== undefined || limits.openFiles !== undefined;

@@ -32,10 +32,13 @@ export interface WorkerLimits {
 /**
  * The limit an exit status and a group's counters point to: an
  * out-of-memory kill in the group (memory), `SIGXCPU` under a CPU rlimit,
- * `SIGXFSZ` under a file size rlimit.
+ * `SIGXFSZ` under a file size rlimit, or a failed exit after the group
+ * refused a fork or thread (processes: Deno exits 1, "unable to create
+ * worker threads", when it cannot start a thread it needs).
  *
  * @param status How the worker exited.
- * @param oomKills Kills by the out-of-memory killer in its group.
+ * @param counters Kills by the out-of-memory killer in its group, and
+ *   forks and threads its group refused.
  * @param rlimits Its rlimits.
  * @returns The limit, or `undefined`.
  *
@@ -45,24 +48,30 @@ export interface WorkerLimits {
  * import assert from "node:assert/strict";
  *
  * const rlimits = { cpuSeconds: 1, fileSizeBytes: undefined, openFiles: undefined };
- * assert.equal(breachOf({ code: null, signal: "SIGKILL" }, 1, rlimits), "memoryBytes");
- * assert.equal(breachOf({ code: null, signal: "SIGXCPU" }, 0, rlimits), "cpuSeconds");
- * assert.equal(breachOf({ code: null, signal: "SIGXFSZ" }, 0, rlimits), undefined);
- * assert.equal(breachOf({ code: 1, signal: null }, 0, rlimits), undefined);
+ * const none = { oomKills: 0, processesRefused: 0 };
+ * const oom = { ...none, oomKills: 1 };
+ * const refused = { ...none, processesRefused: 3 };
+ * assert.equal(breachOf({ code: null, signal: "SIGKILL" }, oom, rlimits), "memoryBytes");
+ * assert.equal(breachOf({ code: null, signal: "SIGXCPU" }, none, rlimits), "cpuSeconds");
+ * assert.equal(breachOf({ code: null, signal: "SIGXFSZ" }, none, rlimits), undefined);
+ * assert.equal(breachOf({ code: 1, signal: null }, none, rlimits), undefined);
+ * assert.equal(breachOf({ code: 1, signal: null }, refused, rlimits), "processes");
+ * assert.equal(breachOf({ code: 0, signal: null }, refused, rlimits), undefined);
  * ```
  */
 export function breachOf(
   status: ExitStatus,
-  oomKills: number,
+  counters: { oomKills: number; processesRefused: number },
   rlimits: RlimitSettings,
 ): LimitBreach | undefined {
-  if (oomKills > 0) return "memoryBytes";
+  if (counters.oomKills > 0) return "memoryBytes";
   if (status.signal === "SIGXCPU" && rlimits.cpuSeconds !== undefined) {
     return "cpuSeconds";
   }
   if (status.signal === "SIGXFSZ" && rlimits.fileSizeBytes !== undefined) {
     return "fileSizeBytes";
   }
+  if (counters.processesRefused > 0 && status.code !== 0) return "processes";
   return undefined;
 }
 
@@ -79,7 +88,11 @@ export function workerLimits(
 ): WorkerLimits {
   return {
     mechanisms: plan.mechanisms,
-    breach: (status) => breachOf(status, group?.oomKills() ?? 0, plan.rlimits),
+    breach: (status) =>
+      breachOf(status, {
+        oomKills: group?.oomKills() ?? 0,
+        processesRefused: group?.processesRefused() ?? 0,
+      }, plan.rlimits),
     memoryBytes: () => group?.memoryBytes(),
     release: () => {
       if (group !== undefined) releaseGroup(group, RELEASE_TRIES);
