@@ -28,6 +28,15 @@ import {
 } from "../../src/runtime/sandbox/spec.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
+import { executionFiles } from "../../src/runtime/launch/executable.ts";
+
+/**
+ * The shell's ELF interpreter: the library directories are readable, not
+ * executable, so a step that runs /bin/sh must be given its ld.so.
+ */
+const LOADER = executionFiles("/bin/sh", "/usr/bin:/bin", (detail) => {
+  throw new Error(detail);
+}).slice(1);
 
 checkNoLeaks();
 
@@ -73,7 +82,7 @@ function sh(
     landlockAbi: support.landlockAbi,
     seccomp: options.seccomp ?? true,
     permissions: resolvePermissions(permissions, granted),
-    executables: ["/bin", "/usr/bin"],
+    executables: ["/bin", "/usr/bin", ...LOADER],
     readOnly: [],
     cwd: granted,
     argv: ["sh", "-c", script],
@@ -178,7 +187,7 @@ describe("confine step", { skip }, () => {
       support: { landlockAbi: 0, seccomp: true },
       permissions: resolvePermissions(undefined, granted),
       cwd: granted,
-      executables: ["/bin", "/usr/bin"],
+      executables: ["/bin", "/usr/bin", ...LOADER],
       stepEnv: {},
     });
     assert.equal(wrapper.name, "seccomp");
@@ -222,7 +231,7 @@ describe("confine step", { skip }, () => {
       landlockAbi: support.landlockAbi,
       seccomp: true,
       permissions: resolvePermissions(undefined, granted),
-      executables: ["/bin"],
+      executables: ["/bin", ...LOADER],
       readOnly: [],
       cwd: granted,
       argv: [join(outside, "no-such-program")],

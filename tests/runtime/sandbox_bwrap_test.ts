@@ -4,6 +4,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  BIND_FD_PLACEHOLDER,
   bwrapArgv,
   bwrapEnvironment,
   bwrapProbeArgv,
@@ -16,6 +17,8 @@ import { BASE } from "./_bwrap.ts";
 const ARITY: Record<string, number> = {
   "--ro-bind-try": 2,
   "--bind-try": 2,
+  "--ro-bind-fd": 2,
+  "--bind-fd": 2,
   "--setenv": 2,
   "--dev": 1,
   "--proc": 1,
@@ -238,17 +241,51 @@ describe("bwrapArgv() file system", () => {
     assert.ok(!dests.includes("--remount-ro /"));
   });
 
-  test("bwrapArgv() mounts program directories and absolute run paths when run is granted", () => {
+  test("bwrapArgv() mounts the granted programs' files and absolute run paths, the program directories only for run: true", () => {
+    // Names are resolved by the parent into `programs` (issue 24, item 4):
+    // no program directory for them.
     const named = mounts(
-      bwrapArgv({ ...BASE, run: ["git", "/opt/tool/bin/x"] }),
+      bwrapArgv({
+        ...BASE,
+        run: ["git", "/opt/tool/bin/x"],
+        programs: ["/usr/bin/git"],
+      }),
     );
     for (const path of PROGRAM_PATHS) {
-      assert.ok(named.includes(`--ro-bind-try ${path}`), path);
+      assert.ok(!named.includes(`--ro-bind-try ${path}`), path);
     }
+    assert.ok(named.includes("--ro-bind-try /usr/bin/git"));
     assert.ok(named.includes("--ro-bind-try /opt/tool/bin/x"));
-    assert.ok(!named.includes("--ro-bind-try /usr/lib"), "covered by /usr");
+    assert.ok(named.includes("--ro-bind-try /usr/lib"));
+    const all = mounts(bwrapArgv({ ...BASE, run: true }));
+    assert.ok(all.includes("--ro-bind-try /usr"));
+    assert.ok(!all.includes("--ro-bind-try /usr/lib"), "covered by /usr");
+  });
+
+  test("bwrapArgv() binds a grant from its real path, and a raceable one from a descriptor", () => {
+    const argv = bwrapArgv({
+      ...BASE,
+      read: ["/srv/link", "/srv/pub"],
+      write: ["/srv/out"],
+      grants: {
+        sources: new Map([
+          ["/srv/link", "/data/real"],
+          ["/srv/pub", "/srv/pub"],
+          ["/srv/out", "/srv/out"],
+        ]),
+        throughFd: new Set(["/srv/pub", "/srv/out"]),
+      },
+    });
+    const ops = parse(argv).ops.map(({ op, args }) => [op, ...args].join(" "));
     assert.ok(
-      mounts(bwrapArgv({ ...BASE, run: true })).includes("--ro-bind-try /usr"),
+      ops.includes("--ro-bind-try /data/real /srv/link"),
+      ops.join("\n"),
+    );
+    assert.ok(
+      ops.includes(`--ro-bind-fd ${BIND_FD_PLACEHOLDER}/srv/pub /srv/pub`),
+    );
+    assert.ok(
+      ops.includes(`--bind-fd ${BIND_FD_PLACEHOLDER}/srv/out /srv/out`),
     );
   });
 

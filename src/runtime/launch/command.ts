@@ -38,8 +38,10 @@ import {
   runtimeBinary,
 } from "./lookups.ts";
 import {
+  executionFiles,
   recordWorkerWritable,
   resolveProgram,
+  resolveRunNames,
   writableByWorker,
 } from "./executable.ts";
 import {
@@ -59,7 +61,7 @@ import type {
 import type { SandboxBackend } from "../sandbox/types.ts";
 import { launcherWrapper, setprivWrapper } from "./wrappers.ts";
 import { hostFacts } from "../sandbox/facts.ts";
-import { checkGrantLinks } from "../sandbox/grant_links.ts";
+import { resolveGrantPaths } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
 import { sandboxWrappers } from "../sandbox/wrappers.ts";
 import { limitsLaunch } from "../sandbox/limits/launch.ts";
@@ -397,7 +399,12 @@ function confinement(
     }),
   );
   if (!plan.confined || inner.binary === undefined) return [];
-  checkGrantLinks(input.permissions, input.label, adapter.env("HOME"));
+  const grants = resolveGrantPaths(
+    input.permissions,
+    input.label,
+    adapter.env("HOME"),
+  );
+  const programs = runPrograms(input, inner);
   const codeCache = useCodeCache(input, adapter, inner, codeCacheMode);
   if (plan.net !== undefined) {
     inner.network = netBroker(input.label, plan.net, adapter);
@@ -412,6 +419,8 @@ function confinement(
       : { ...codeCache, scratch: join(codeCache.dir, LOCATION_DATA) },
     onExit: (callback) => adapter.onExit(callback),
     ...(inner.network === undefined ? {} : { network: inner.network }),
+    grants,
+    programs,
   });
   if (wrappers.length === 0) return [];
   const code = inner.codeMounts?.();
@@ -446,6 +455,41 @@ function netBroker(
   }
   adapter.onExit(() => broker.close());
   return broker;
+}
+
+/**
+ * What a sandboxed worker may execute, resolved at start: its runtime
+ * binary (or a command's program), each `run` name as found on the
+ * worker's PATH, each `run` path, and the interpreters of each (`ld.so`,
+ * a script's `#!`). Landlock gives execute on these files only; bubblewrap
+ * mounts the names' files (where found, and their real paths) instead of
+ * the whole program directories.
+ */
+function runPrograms(
+  input: WorkerCommandInput,
+  inner: InnerCommand,
+): { executables: string[]; mounts: string[] } {
+  const binary = inner.binary ?? "";
+  const path = inner.step.env.PATH ?? DEFAULT_PATH;
+  const denied = lookupDenied(input.label, "a granted program", "sandbox");
+  const executables = executionFiles(binary, path, denied);
+  if (!executables.includes(binary)) executables.unshift(binary);
+  const mounts: string[] = [];
+  const run = input.permissions.run;
+  if (run !== true) {
+    const names = run.filter((entry) => !entry.includes("/"));
+    for (const program of resolveRunNames(names, path, denied)) {
+      mounts.push(program.found, ...program.files);
+      executables.push(...program.files);
+    }
+    for (const entry of run.filter((entry) => isAbsolute(entry))) {
+      executables.push(...executionFiles(entry, path, denied));
+    }
+  }
+  return {
+    executables: [...new Set(executables)],
+    mounts: [...new Set(mounts)],
+  };
 }
 
 /**
@@ -502,6 +546,14 @@ export function buildWorkerCommand(
   }
   const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
   const local = input.launcher.length === 0;
+  // Granted program names are looked up on the worker's PATH (Deno resolves
+  // --allow-run names at start and refuses to start without one): a worker
+  // given none gets the default, the PATH they are resolved on.
+  const run = permissions.run;
+  if (
+    local && env.PATH === undefined && !permissions.all && run !== true &&
+    run.some((entry) => !entry.includes("/"))
+  ) env.PATH = DEFAULT_PATH;
   // AIRLOCK_NO_PDEATHSIG=1 (tests): run as on a system without setpriv.
   const setpriv = local && adapter.env("AIRLOCK_NO_PDEATHSIG") !== "1"
     ? linuxTool(

@@ -200,6 +200,9 @@ export function resolveProgram(
         : `"${program}" was not found on PATH`,
     };
   }
+  // A program a worker may have planted (or swapped for a link) is refused,
+  // as every lookup's: the worker would run its code with this one's grants.
+  trustedRealPath(found, denied);
   const interpreter = shebangInterpreter(found);
   if (
     interpreter !== undefined && !isExecutableFile(interpreter, denied)
@@ -231,4 +234,160 @@ function shebangInterpreter(file: string): string | undefined {
   const line = head.slice(2).split("\n")[0]?.trim() ?? "";
   const interpreter = line.split(/\s+/)[0] ?? "";
   return isAbsolute(interpreter) ? interpreter : undefined;
+}
+
+/** Reads up to `length` bytes of `file` at `position`; empty when it cannot. */
+function readHead(file: string, length: number, position = 0): Uint8Array {
+  try {
+    const fd = openSync(file, "r");
+    try {
+      const bytes = new Uint8Array(length);
+      const read = readSync(fd, bytes, 0, length, position);
+      return bytes.subarray(0, read);
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return new Uint8Array(0);
+  }
+}
+
+/**
+ * The ELF interpreter (`PT_INTERP`: the dynamic loader, `ld.so`) of a
+ * 64-bit little-endian ELF file, or `undefined` (not such an ELF, or static).
+ *
+ * @param file An executable's path.
+ * @returns The interpreter's path as the file names it.
+ */
+export function elfInterpreter(file: string): string | undefined {
+  const head = readHead(file, 4096);
+  if (
+    head.byteLength < 64 || head[0] !== 0x7f || head[1] !== 0x45 ||
+    head[2] !== 0x4c || head[3] !== 0x46 || head[4] !== 2 || head[5] !== 1
+  ) return undefined;
+  const view = new DataView(head.buffer, head.byteOffset, head.byteLength);
+  const phoff = Number(view.getBigUint64(32, true));
+  const phentsize = view.getUint16(54, true);
+  const phnum = view.getUint16(56, true);
+  if (phentsize < 56 || phnum > 256) return undefined;
+  const table = phoff + phentsize * phnum <= head.byteLength
+    ? head.subarray(phoff, phoff + phentsize * phnum)
+    : readHead(file, phentsize * phnum, phoff);
+  const headers = new DataView(
+    table.buffer,
+    table.byteOffset,
+    table.byteLength,
+  );
+  for (let index = 0; index < phnum; index++) {
+    const at = index * phentsize;
+    if (at + 56 > table.byteLength) return undefined;
+    if (headers.getUint32(at, true) !== 3) continue; // PT_INTERP
+    const offset = Number(headers.getBigUint64(at + 8, true));
+    const size = Number(headers.getBigUint64(at + 32, true));
+    if (size < 2 || size > 4096) return undefined;
+    const bytes = readHead(file, size, offset);
+    const name = new TextDecoder("latin1").decode(bytes).replace(/\0.*$/s, "");
+    return isAbsolute(name) ? name : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * The files a program needs to execute (each by its real path): the
+ * program, the interpreter of a `#!` script (and for `#!/usr/bin/env NAME`,
+ * NAME on `path`), and the ELF interpreter of each. What a `run` grant or a
+ * runtime gets execute on, and nothing else.
+ *
+ * @param program The program's path.
+ * @param path The PATH `#!/usr/bin/env NAME` is resolved on.
+ * @param denied Called when a lookup cannot be made.
+ * @returns Real paths, the program first.
+ */
+export function executionFiles(
+  program: string,
+  path: string | undefined,
+  denied: LookupDenied,
+): string[] {
+  const files: string[] = [];
+  const add = (file: string, depth: number): void => {
+    let real: string;
+    try {
+      real = realpathSync(file);
+    } catch {
+      return;
+    }
+    if (files.includes(real) || depth > 4) return;
+    files.push(real);
+    const elf = elfInterpreter(real);
+    if (elf !== undefined) add(elf, depth + 1);
+    const interpreter = shebangInterpreter(real);
+    if (interpreter === undefined) return;
+    add(interpreter, depth + 1);
+    // #!/usr/bin/env NAME: NAME on PATH.
+    if (basenameOf(interpreter) === "env") {
+      const line = new TextDecoder("latin1").decode(readHead(real, 256))
+        .slice(2).split("\n")[0]?.trim().split(/\s+/) ?? [];
+      const name = line.slice(1).find((word) => !word.startsWith("-"));
+      if (name !== undefined && !name.includes("=")) {
+        const found = name.includes("/")
+          ? name
+          : (path ?? "").split(delimiter).filter((dir) => isAbsolute(dir))
+            .map((dir) => join(dir, name)).find((candidate) =>
+              isExecutableFile(candidate, denied)
+            );
+        if (found !== undefined) add(found, depth + 1);
+      }
+    }
+  };
+  add(program, 0);
+  return files;
+}
+
+function basenameOf(path: string): string {
+  return path.slice(path.lastIndexOf("/") + 1);
+}
+
+/** A `run` name resolved at start: where it was found, and what it executes. */
+export interface RunProgram {
+  /** The name as granted. */
+  name: string;
+  /** The path it was found at on the worker's PATH (not resolved). */
+  found: string;
+  /** What it needs to execute ({@linkcode executionFiles}). */
+  files: string[];
+}
+
+/**
+ * Resolves each `run` name on the worker's PATH, at start: the program a
+ * name runs is the first executable file of that name on PATH, as the
+ * worker's runtime would find it. A name found nowhere is left out (there
+ * is nothing to run).
+ *
+ * @param names The granted names (entries without a slash).
+ * @param path The worker's PATH.
+ * @param denied Called when a lookup cannot be made.
+ * @returns One entry per name found.
+ */
+export function resolveRunNames(
+  names: readonly string[],
+  path: string,
+  denied: LookupDenied,
+): RunProgram[] {
+  const programs: RunProgram[] = [];
+  for (const name of names) {
+    for (const dir of path.split(delimiter)) {
+      if (!dir || !isAbsolute(dir)) continue;
+      const candidate = join(dir, name);
+      if (!isExecutableFile(candidate, denied)) continue;
+      // One a worker could have planted is refused, as every lookup's.
+      trustedRealPath(candidate, denied);
+      programs.push({
+        name,
+        found: candidate,
+        files: executionFiles(candidate, path, denied),
+      });
+      break;
+    }
+  }
+  return programs;
 }

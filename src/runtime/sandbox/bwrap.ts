@@ -137,12 +137,21 @@ export interface BwrapOptions {
    */
   netLowPorts?: boolean;
   /**
-   * Granted programs: `true` or names mount the system's program directories
-   * ({@linkcode PROGRAM_PATHS}); absolute paths are mounted too.
+   * Granted programs: `true` mounts the system's program directories
+   * ({@linkcode PROGRAM_PATHS}); absolute paths are mounted too. Names are
+   * resolved by the parent: see `programs`.
    *
    * @default {[]}
    */
   run?: ResolvedScopes;
+  /**
+   * The files the granted program names resolve to (where each was found
+   * on the worker's PATH, its real path, its interpreters), mounted
+   * read-only at their paths.
+   *
+   * @default {[]}
+   */
+  programs?: readonly string[];
   /**
    * Granted native libraries (absolute paths), mounted read-only. `true`
    * mounts nothing more: the library directories are always there.
@@ -162,7 +171,33 @@ export interface BwrapOptions {
    * paths keep working.
    */
   cwd: string;
+  /**
+   * How the parent resolved the `read`, `write` and `ffi` grants: each is
+   * bound from its real path (`sources`), and those a worker may have made
+   * or swapped (`throughFd`) from a descriptor opened without following
+   * links (`--ro-bind-fd`, `--bind-fd`; the argv then holds
+   * {@linkcode BIND_FD_PLACEHOLDER}`<real path>` where the descriptor's
+   * number goes, filled in by the confine step's `--bind-fds` form).
+   *
+   * @default {each grant bound from its own path}
+   */
+  grants?: BwrapGrants;
 }
+
+/** How the grants are bound: see {@linkcode BwrapOptions} `grants`. */
+export interface BwrapGrants {
+  /** The real path of each granted path, by granted path. */
+  readonly sources: ReadonlyMap<string, string>;
+  /** Granted paths to bind through a descriptor. */
+  readonly throughFd: ReadonlySet<string>;
+}
+
+/**
+ * The prefix of the argv slot where a grant's descriptor number goes (see
+ * {@linkcode BwrapOptions} `grants`): never a valid descriptor, so a slot
+ * left unfilled fails bubblewrap's start.
+ */
+export const BIND_FD_PLACEHOLDER = "airlock-fd:";
 
 /** Options of {@linkcode sandboxedArgv}. */
 export interface SandboxedArgvOptions {
@@ -202,6 +237,18 @@ export interface SandboxedArgvOptions {
    * @default {false}
    */
   netLowPorts?: boolean;
+  /**
+   * How the grants are bound (see {@linkcode BwrapOptions} `grants`).
+   *
+   * @default {undefined}
+   */
+  grants?: BwrapGrants;
+  /**
+   * The files of the granted program names (see {@linkcode BwrapOptions} `programs`).
+   *
+   * @default {[]}
+   */
+  programs?: readonly string[];
 }
 
 /**
@@ -233,6 +280,8 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
     ...(options.seccompFd === undefined
       ? {}
       : { seccompFd: options.seccompFd }),
+    ...(options.grants === undefined ? {} : { grants: options.grants }),
+    programs: options.programs ?? [],
   });
 }
 
@@ -252,7 +301,10 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
  * grants read-only; the write grants read-write; a private `/tmp`, a minimal
  * `/dev` and `/proc`; the network files ({@linkcode NETWORK_PATHS}) when
  * `net` is granted; the program directories ({@linkcode PROGRAM_PATHS}) when
- * `run` is. Paths that do not exist are skipped. A write grant wins over a
+ * `run` is `true`, and the files of the granted program names (`programs`)
+ * otherwise. Grants are bound from their real paths (`grants`), those a
+ * worker may swap from a descriptor. Paths that do not exist are skipped
+ * (but a grant bound from a descriptor). A write grant wins over a
  * read-only mount of the same or an inner path; an inner write grant inside
  * a read-only path stays writable. A grant that covers `/tmp` replaces the
  * private `/tmp`.
@@ -297,7 +349,10 @@ export function bwrapArgv(options: BwrapOptions): string[] {
   const readOnly: string[] = [
     ...LIBRARY_PATHS,
     ...(forwarded ? FORWARDED_NETWORK_PATHS : shared ? NETWORK_PATHS : []),
-    ...(isGranted(run) ? PROGRAM_PATHS : []),
+    ...(run === true ? PROGRAM_PATHS : []),
+    ...(options.programs ?? []).map((path, index) =>
+      normalizePath(path, `programs[${index}]`)
+    ),
     normalizePath(options.runtimeBinary, "runtimeBinary"),
     ...options.readOnly.map((path, index) =>
       normalizePath(path, `readOnly[${index}]`)
@@ -319,15 +374,27 @@ export function bwrapArgv(options: BwrapOptions): string[] {
   );
   const bound = [...writable, ...readable];
 
+  const grants = options.grants;
+  const bind = (path: string, writable: boolean): string[] => {
+    const source = grants?.sources.get(path) ?? path;
+    if (grants?.throughFd.has(path)) {
+      return [
+        writable ? "--bind-fd" : "--ro-bind-fd",
+        `${BIND_FD_PLACEHOLDER}${source}`,
+        path,
+      ];
+    }
+    return [writable ? "--bind-try" : "--ro-bind-try", source, path];
+  };
   const mounts: Mount[] = [
     ...readable.map((path): Mount => ({
       path,
-      args: ["--ro-bind-try", path, path],
+      args: bind(path, false),
       rank: 0,
     })),
     ...writable.map((path): Mount => ({
       path,
-      args: ["--bind-try", path, path],
+      args: bind(path, true),
       rank: 0,
     })),
     { path: "/dev", args: ["--dev", "/dev"], rank: 1 },

@@ -9,7 +9,7 @@
 import type { ResolvedPermissions } from "../permissions.ts";
 import { exitThroughWrapper } from "../launch/exit.ts";
 import type { LaunchStep, Wrapper } from "../launch/types.ts";
-import { bwrapEnvironment, sandboxedArgv } from "./bwrap.ts";
+import { bwrapEnvironment, type BwrapGrants, sandboxedArgv } from "./bwrap.ts";
 
 /** Options of {@linkcode bwrapWrapper}. */
 export interface BwrapWrapperOptions {
@@ -42,6 +42,18 @@ export interface BwrapWrapperOptions {
    * @default {false}
    */
   netLowPorts?: boolean;
+  /**
+   * How the grants are bound (see `BwrapOptions.grants`).
+   *
+   * @default {undefined}
+   */
+  grants?: BwrapGrants;
+  /**
+   * The files of the granted program names (see `BwrapOptions.programs`).
+   *
+   * @default {[]}
+   */
+  programs?: readonly string[];
 }
 
 /** The descriptor bubblewrap reads the seccomp filter from. */
@@ -74,6 +86,8 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
         ...(options.seccomp ? { seccompFd: SECCOMP_FD } : {}),
         ...(options.netArgs ? { netArgs: options.netArgs } : {}),
         ...(options.netLowPorts ? { netLowPorts: true } : {}),
+        ...(options.grants ? { grants: options.grants } : {}),
+        programs: options.programs ?? [],
       });
       const seccomp = options.seccomp;
       if (seccomp !== undefined) {

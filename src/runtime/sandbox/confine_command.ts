@@ -10,7 +10,7 @@
 import { Buffer, fileURLToPath, process } from "../node_builtins.ts";
 import type { RuntimeName } from "../types.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
-import { landlockRuleset } from "./landlock.ts";
+import { type GrantPaths, landlockRuleset } from "./landlock.ts";
 import { seccompArch, seccompFilter } from "./seccomp.ts";
 import {
   CONFINE_SPEC_VERSION,
@@ -47,7 +47,8 @@ export function confineEntryUrl(): URL {
  * both on to the worker, with the spec's `env` changes.
  *
  * @param runner The runtime to run the step.
- * @param argument The encoded spec, or `--probe`.
+ * @param argument The encoded spec, or `--probe`, or the arguments of the
+ *   `--bind-fds` form.
  * @returns The argv.
  *
  * @example
@@ -62,8 +63,9 @@ export function confineEntryUrl(): URL {
  */
 export function confineStepArgv(
   runner: ConfineRunner,
-  argument: string,
+  argument: string | readonly string[],
 ): string[] {
+  const args = typeof argument === "string" ? [argument] : [...argument];
   const url = confineEntryUrl();
   const entry = url.protocol === "file:" ? fileURLToPath(url) : url.href;
   if (runner.runtime === "deno") {
@@ -75,7 +77,7 @@ export function confineStepArgv(
       "--no-lock",
       "--quiet",
       entry,
-      argument,
+      ...args,
     ];
   }
   // A bunfig.toml in the working directory could preload code into the
@@ -85,7 +87,7 @@ export function confineStepArgv(
     "--no-env-file",
     "--config=/dev/null",
     entry,
-    argument,
+    ...args,
   ];
 }
 
@@ -112,6 +114,12 @@ export interface ConfineSpecOptions {
    * @default {false}
    */
   pathMetadata?: boolean;
+  /**
+   * How the parent resolved the grants (see `LandlockRulesetOptions.grants`).
+   *
+   * @default {undefined}
+   */
+  grants?: GrantPaths;
   /** The worker's resolved permissions. */
   permissions: ResolvedPermissions;
   /** Programs and installations the worker runs from (read and execute). */
@@ -189,6 +197,7 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
         executables: options.executables,
         readOnly: options.readOnly,
         listOnly: options.listOnly ?? [],
+        ...(options.grants ? { grants: options.grants } : {}),
       })
       : null,
     seccomp: options.seccomp && arch !== undefined

@@ -16,10 +16,18 @@ import {
   confineEntryUrl,
   type ConfineRunner,
   confineSpec,
+  confineStepArgv,
   type ConfineSupport,
 } from "./confine_command.ts";
 import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
-import { CONFINE_HELD_ENV_PREFIX } from "./spec.ts";
+import {
+  BIND_FDS_FLAG,
+  type BindFdsSpec,
+  CONFINE_HELD_ENV_PREFIX,
+  CONFINE_SPEC_VERSION,
+} from "./spec.ts";
+import { BIND_FD_PLACEHOLDER } from "./bwrap.ts";
+import type { GrantPaths } from "./landlock.ts";
 import type { NetLayout } from "./net/targets.ts";
 import { forwarderCommand } from "./net/sandbox_net.ts";
 
@@ -42,8 +50,15 @@ export interface LandlockWrapperOptions {
    */
   alone?: boolean;
   /**
-   * Programs and installations the worker runs from, readable and
-   * executable: the runtime binary, or a command's program and its prefix.
+   * How the parent resolved the grants (see `LandlockRulesetOptions.grants`).
+   *
+   * @default {undefined}
+   */
+  grants?: GrantPaths;
+  /**
+   * Programs the worker may execute, readable and executable: the runtime
+   * binary (or a command's program and its prefix), the programs its `run`
+   * names resolve to, and their interpreters.
    */
   executables: readonly string[];
   /**
@@ -136,6 +151,7 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,
         pathMetadata: options.alone === true,
+        ...(options.grants ? { grants: options.grants } : {}),
         permissions: options.permissions,
         executables: options.executables,
         readOnly: inner.readOnly,
@@ -158,6 +174,61 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
           ...stepReadOnly(options.runner, options.stepEnv),
           ...inner.readOnly,
         ],
+      };
+    },
+  };
+}
+
+/** Options of {@linkcode bindFdsWrapper}. */
+export interface BindFdsWrapperOptions {
+  /** The runtime that runs the confine step. */
+  runner: ConfineRunner;
+  /** The step's own variables (see {@linkcode stepEnvironment}). */
+  stepEnv: Readonly<Record<string, string>>;
+}
+
+/**
+ * The wrapper around bubblewrap that opens the grants a worker may have
+ * made or swapped (bubblewrap's argv holds `BIND_FD_PLACEHOLDER<path>`
+ * where their descriptors go): the confine step's `--bind-fds` form opens
+ * each without following links, fills in the numbers and execs bubblewrap,
+ * which binds exactly those. Its environment is held as the confine step's
+ * (no variable acts on the step's runtime) and given back at `execve`.
+ *
+ * @param options The runner and its variables.
+ * @returns The wrapper.
+ */
+export function bindFdsWrapper(options: BindFdsWrapperOptions): Wrapper {
+  return {
+    name: "bind-fds",
+    wrap(inner: LaunchStep): WrappedStep {
+      const argv = [...inner.argv];
+      const fds: { path: string; arg: number }[] = [];
+      argv.forEach((arg, index) => {
+        if (arg.startsWith(BIND_FD_PLACEHOLDER)) {
+          fds.push({ path: arg.slice(BIND_FD_PLACEHOLDER.length), arg: index });
+          argv[index] = "-1";
+        }
+      });
+      const env: Record<string, string> = {};
+      for (const [name, value] of Object.entries(inner.env)) {
+        env[`${CONFINE_HELD_ENV_PREFIX}${name}`] = value;
+      }
+      const changes: Record<string, string | null> = {};
+      for (const name of Object.keys(options.stepEnv)) changes[name] = null;
+      const spec: BindFdsSpec = {
+        v: CONFINE_SPEC_VERSION,
+        fds,
+        argv,
+        env: changes,
+      };
+      return {
+        argv: confineStepArgv(options.runner, [
+          BIND_FDS_FLAG,
+          JSON.stringify(spec),
+        ]),
+        env: { ...env, ...options.stepEnv },
+        readOnly: inner.readOnly,
       };
     },
   };

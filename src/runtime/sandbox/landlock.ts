@@ -4,9 +4,10 @@
  * paths and TCP ports are allowed which of them. Pure data, no I/O: the
  * confine step (`step.ts`) opens the paths and applies it.
  *
- * What a worker gets besides its grants: read and execute on the system's
- * library directories and on the programs it runs (the runtime binary, or a
- * command's interpreter and its installation), read on its code (the
+ * What a worker gets besides its grants: read on the system's library
+ * directories, read and execute on the programs it runs (the runtime
+ * binary, or a command's interpreter and its installation, the programs its
+ * `run` names resolve to) and their interpreters, read on its code (the
  * module's project, airlock's own code, package directories), read on its
  * own `/proc/<pid>` and on a few system files runtimes read at start (CPU and
  * memory information, cgroup limits), read and write on `/dev/null`,
@@ -124,6 +125,26 @@ export interface LandlockPathRule {
   readonly path: string;
   /** `LANDLOCK_ACCESS_FS_*` bits. */
   readonly access: number;
+  /**
+   * A grant: the step opens the path without following any link (`openat2`
+   * with `RESOLVE_NO_SYMLINKS`), and a link on the way is an error, so the
+   * rule is on what the parent checked, never on where a link a worker
+   * swapped in leads.
+   */
+  readonly exact?: boolean;
+  /** A grant that must exist: missing is an error, not a skip. */
+  readonly required?: boolean;
+}
+
+/**
+ * How the grants' paths were resolved by the parent, once, before the
+ * start (see `resolveGrantPaths` in launch/command.ts).
+ */
+export interface GrantPaths {
+  /** The path each granted path is opened at, by granted path (its real path under Landlock alone). */
+  readonly at: ReadonlyMap<string, string>;
+  /** Granted paths a worker may have made or swapped: they must exist. */
+  readonly required: ReadonlySet<string>;
 }
 
 /** One TCP port rule. */
@@ -159,7 +180,8 @@ export interface LandlockRulesetOptions {
   /**
    * Programs and installations the worker runs from, readable and
    * executable: the runtime binary (real path), or a command's interpreter
-   * and its prefix directory.
+   * and its prefix directory, the programs its `run` names resolve to, and
+   * the interpreters (`ld.so`, a script's `#!`) of each.
    */
   executables: readonly string[];
   /**
@@ -167,6 +189,13 @@ export interface LandlockRulesetOptions {
    * directories, config files, Deno's module caches.
    */
   readOnly: readonly string[];
+  /**
+   * How the parent resolved the grants (`read`, `write`, `ffi` paths): each
+   * grant's rule is exact (no link followed) at the path given here.
+   *
+   * @default {each grant at its own path, exact, not required}
+   */
+  grants?: GrantPaths;
   /**
    * Directories the worker may list, not read files in (Landlock's
    * `READ_DIR`, which covers the directories beneath too): airlock's root
@@ -229,8 +258,19 @@ export function landlockRuleset(
   const add = (path: string, access: number, name: string): void => {
     paths.push({ path: normalizePath(path, name), access: access & fs });
   };
+  const grant = (path: string, access: number, name: string): void => {
+    const normal = normalizePath(path, name);
+    paths.push({
+      path: options.grants?.at.get(normal) ?? normal,
+      access: access & fs,
+      exact: true,
+      ...(options.grants?.required.has(normal) ? { required: true } : {}),
+    });
+  };
 
-  for (const path of LIBRARY_PATHS) add(path, ACCESS_READ_EXECUTE, "library");
+  // Read, not execute: execute is only on the programs below (the runtime,
+  // a command's program, the granted programs) and their interpreters.
+  for (const path of LIBRARY_PATHS) add(path, ACCESS_READ, "library");
   options.executables.forEach((path, index) =>
     add(path, ACCESS_READ_EXECUTE, `executables[${index}]`)
   );
@@ -247,31 +287,32 @@ export function landlockRuleset(
   if (isGranted(permissions.net)) {
     for (const path of NETWORK_PATHS) add(path, ACCESS_READ, "network");
   }
+  // Granted program names are resolved by the parent (their files are in
+  // `executables`); `run: true` opens every program directory.
   const run = permissions.run;
-  if (isGranted(run)) {
-    if (run === true || run.some((entry) => !entry.includes("/"))) {
-      for (const path of PROGRAM_PATHS) add(path, ACCESS_READ_EXECUTE, "run");
-    }
-    if (run !== true) {
-      run.filter((entry) => isAbsolute(entry)).forEach((path, index) =>
-        add(path, ACCESS_READ_EXECUTE, `run[${index}]`)
-      );
-    }
+  if (run === true) {
+    for (const path of PROGRAM_PATHS) add(path, ACCESS_READ_EXECUTE, "run");
+  } else {
+    run.filter((entry) => isAbsolute(entry)).forEach((path, index) =>
+      add(path, ACCESS_READ_EXECUTE, `run[${index}]`)
+    );
   }
   const ffi = permissions.ffi;
   if (ffi !== true) {
     ffi.forEach((path, index) =>
-      add(path, ACCESS_READ_EXECUTE, `ffi[${index}]`)
+      grant(path, ACCESS_READ_EXECUTE, `ffi[${index}]`)
     );
   }
   const read = permissions.read;
   if (read === true) add("/", ACCESS_READ, "read");
-  else read.forEach((path, index) => add(path, ACCESS_READ, `read[${index}]`));
+  else {
+    read.forEach((path, index) => grant(path, ACCESS_READ, `read[${index}]`));
+  }
   const write = permissions.write;
   if (write === true) add("/", ACCESS_READ_WRITE, "write");
   else {
     write.forEach((path, index) =>
-      add(path, ACCESS_READ_WRITE, `write[${index}]`)
+      grant(path, ACCESS_READ_WRITE, `write[${index}]`)
     );
   }
 

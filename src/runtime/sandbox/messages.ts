@@ -129,6 +129,10 @@ export const SANDBOX_MESSAGES = {
         ? ", which would expose the root or home directory"
         : ` inside "${planted}", where a worker may write and could have made it`
     }; grant the real path instead`,
+  grantMissing: (kind: string, path: string, planted: string): string =>
+    `permissions.${kind} "${path}" does not exist, and it lies inside "${planted}", where a worker may write and could make it a link; create it before the worker starts`,
+  grantNeedsStep: (path: string, reason: string): string =>
+    `permissions "${path}" lies where a worker may write, so bubblewrap must bind it from a descriptor opened without following links, which the confine step opens, and it cannot run here: ${reason}; grant a path no worker may write`,
   bwrapSeccomp: (detail: string): string =>
     `cannot install the seccomp filter in bubblewrap: ${detail}`,
   bwrapSeccompArch: (arch: string): string =>

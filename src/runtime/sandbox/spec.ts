@@ -170,7 +170,9 @@ export function decodeConfineSpec(text: string): ConfineSpec {
       !paths.every((rule) =>
         typeof rule === "object" && rule !== null &&
         typeof rule.path === "string" && rule.path.startsWith("/") &&
-        !rule.path.includes("\0") && Number.isInteger(rule.access)
+        !rule.path.includes("\0") && Number.isInteger(rule.access) &&
+        (rule.exact === undefined || typeof rule.exact === "boolean") &&
+        (rule.required === undefined || typeof rule.required === "boolean")
       )
     ) fail("landlock.paths is not a list of path rules");
     const ports = r.ports;
@@ -184,4 +186,86 @@ export function decodeConfineSpec(text: string): ConfineSpec {
     ) fail("landlock.ports is not a list of port rules");
   }
   return spec as unknown as ConfineSpec;
+}
+
+/**
+ * What the step does in its `--bind-fds` form, run before bubblewrap on the
+ * host: open each path without following any link (`openat2` with
+ * `RESOLVE_NO_SYMLINKS`, `O_PATH`, inherited across `execve`), put each
+ * descriptor's number into the argv slot named, and exec the argv
+ * (bubblewrap, which binds the descriptors with `--bind-fd`/`--ro-bind-fd`).
+ * It confines nothing itself.
+ */
+export interface BindFdsSpec {
+  /** {@linkcode CONFINE_SPEC_VERSION}. */
+  readonly v: number;
+  /** The paths to open, and the argv slot each descriptor's number goes in. */
+  readonly fds: readonly { readonly path: string; readonly arg: number }[];
+  /** The command to exec (its slots hold a placeholder). */
+  readonly argv: readonly string[];
+  /** Changes to the environment, as {@linkcode ConfineSpec} `env`. */
+  readonly env: Readonly<Record<string, string | null>>;
+}
+
+/** The step's first argument for its {@linkcode BindFdsSpec} form. */
+export const BIND_FDS_FLAG = "--bind-fds";
+
+/**
+ * Decodes and checks a {@linkcode BindFdsSpec}.
+ *
+ * @param text The JSON text.
+ * @returns The spec.
+ * @throws {TypeError} when it is not a spec of this version.
+ *
+ * @example
+ * ```ts
+ * import { decodeBindFdsSpec } from "./spec.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const spec = { v: 1, fds: [{ path: "/data", arg: 2 }], argv: ["/usr/bin/bwrap", "--ro-bind-fd", "-1", "/data"], env: {} };
+ * assert.deepEqual(decodeBindFdsSpec(JSON.stringify(spec)), spec);
+ * assert.throws(() => decodeBindFdsSpec('{"v":1,"fds":[{"path":"/d","arg":0}],"argv":["x"],"env":{}}'), TypeError);
+ * ```
+ */
+export function decodeBindFdsSpec(text: string): BindFdsSpec {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error: unknown) {
+    throw new TypeError("Invalid bind-fds spec: not JSON", { cause: error });
+  }
+  const fail = (what: string): never => {
+    throw new TypeError(`Invalid bind-fds spec: ${what}`);
+  };
+  if (typeof value !== "object" || value === null) fail("not an object");
+  const spec = value as Record<string, unknown>;
+  if (spec.v !== CONFINE_SPEC_VERSION) {
+    fail(`version ${JSON.stringify(spec.v)}, expected ${CONFINE_SPEC_VERSION}`);
+  }
+  const argv = spec.argv;
+  if (
+    !Array.isArray(argv) || argv.length === 0 ||
+    !argv.every((arg) => typeof arg === "string" && !arg.includes("\0"))
+  ) {
+    fail("argv is not a non-empty list of strings");
+  }
+  const fds = spec.fds;
+  if (
+    !Array.isArray(fds) ||
+    !fds.every((entry) =>
+      typeof entry === "object" && entry !== null &&
+      typeof entry.path === "string" && entry.path.startsWith("/") &&
+      !entry.path.includes("\0") && Number.isInteger(entry.arg) &&
+      entry.arg > 0 && entry.arg < (argv as string[]).length
+    )
+  ) fail("fds is not a list of paths and argv slots (after the program)");
+  const env = spec.env;
+  if (
+    typeof env !== "object" || env === null || Array.isArray(env) ||
+    !Object.entries(env).every(([name, value]) =>
+      name !== "" && !name.includes("=") && !name.includes("\0") &&
+      (value === null || (typeof value === "string" && !value.includes("\0")))
+    )
+  ) fail("env is not a map of variable names to strings or null");
+  return spec as unknown as BindFdsSpec;
 }

@@ -16,10 +16,13 @@
  */
 
 import {
+  BIND_FDS_FLAG,
+  type BindFdsSpec,
   CONFINE_FAILED_EXIT_CODE,
   CONFINE_HELD_ENV_PREFIX,
   CONFINE_STDERR_PREFIX,
   type ConfineSpec,
+  decodeBindFdsSpec,
   decodeConfineSpec,
   LANDLOCK_ACCESS_FILE as ACCESS_FILE,
 } from "./spec.ts";
@@ -27,6 +30,9 @@ import {
 const SYS_LANDLOCK_CREATE_RULESET = 444;
 const SYS_LANDLOCK_ADD_RULE = 445;
 const SYS_LANDLOCK_RESTRICT_SELF = 446;
+const SYS_OPENAT2 = 437;
+const AT_FDCWD = -100;
+const RESOLVE_NO_SYMLINKS = 0x04;
 const LANDLOCK_CREATE_RULESET_VERSION = 1;
 const LANDLOCK_RULE_PATH_BENEATH = 1;
 const LANDLOCK_RULE_NET_PORT = 2;
@@ -42,6 +48,7 @@ const O_PATH = 0x200000;
 const O_CLOEXEC = 0x80000;
 const ENOENT = 2;
 const ENOTDIR = 20;
+const ELOOP = 40;
 const EINVAL = 22;
 const ENOSYS = 38;
 const EOPNOTSUPP = 95;
@@ -393,6 +400,49 @@ function clearCapabilities(libc: Libc): void {
   }
 }
 
+/**
+ * Opens `path` as an `O_PATH` descriptor without following any link on the
+ * way (`openat2` with `RESOLVE_NO_SYMLINKS`): what a grant's path is opened
+ * with, so that what the parent checked is what gets bound.
+ *
+ * @returns The descriptor, or `-errno` for a path that is missing.
+ * @throws {StepError} for a link on the way, or any other failure.
+ */
+function openNoLinks(libc: Libc, path: string, cloexec: boolean): number {
+  const name = cString(path);
+  const how = new Uint8Array(24);
+  const view = new DataView(how.buffer);
+  view.setBigUint64(0, BigInt(O_PATH | (cloexec ? O_CLOEXEC : 0)), true);
+  view.setBigUint64(16, BigInt(RESOLVE_NO_SYMLINKS), true);
+  const fd = libc.syscall(
+    SYS_OPENAT2,
+    BigInt.asUintN(64, BigInt(AT_FDCWD)),
+    libc.address(name),
+    libc.address(how),
+    how.byteLength,
+  );
+  if (fd >= 0) return fd;
+  const errno = libc.errno();
+  if (errno === ENOENT || errno === ENOTDIR) return -errno;
+  if (errno === ELOOP) {
+    throw new StepError(
+      `the grant ${
+        JSON.stringify(path)
+      } is a link or lies under one now, which it was not when the parent checked it (a worker may have swapped it); grant its real path`,
+      errno,
+    );
+  }
+  if (errno === ENOSYS) {
+    throw new StepError(
+      `cannot open the grant ${
+        JSON.stringify(path)
+      } without following links: the kernel has no openat2 (Linux 5.6 or later)`,
+      errno,
+    );
+  }
+  throw new StepError(`cannot open the grant ${JSON.stringify(path)}`, errno);
+}
+
 function applyLandlock(
   libc: Libc,
   ruleset: NonNullable<ConfineSpec["landlock"]>,
@@ -423,14 +473,28 @@ function applyLandlock(
   const rule = new Uint8Array(16);
   const ruleView = new DataView(rule.buffer);
   const ruleAddress = libc.address(rule);
-  for (const { path, access } of ruleset.paths) {
+  for (const { path, access, exact, required } of ruleset.paths) {
     if (access === 0) continue;
-    const name = cString(path);
-    const pathFd = libc.open(libc.address(name), O_PATH | O_CLOEXEC, 0);
-    if (pathFd < 0) {
-      const errno = libc.errno();
-      if (errno === ENOENT || errno === ENOTDIR) continue;
-      throw new StepError(`cannot open ${JSON.stringify(path)}`, errno);
+    let pathFd: number;
+    if (exact === true) {
+      pathFd = openNoLinks(libc, path, true);
+      if (pathFd < 0) {
+        if (required !== true) continue;
+        throw new StepError(
+          `the grant ${
+            JSON.stringify(path)
+          } is gone, which it was not when the parent checked it (a worker may have moved it)`,
+          -pathFd,
+        );
+      }
+    } else {
+      const name = cString(path);
+      pathFd = libc.open(libc.address(name), O_PATH | O_CLOEXEC, 0);
+      if (pathFd < 0) {
+        const errno = libc.errno();
+        if (errno === ENOENT || errno === ENOTDIR) continue;
+        throw new StepError(`cannot open ${JSON.stringify(path)}`, errno);
+      }
     }
     let allowed = access;
     for (;;) {
@@ -605,6 +669,43 @@ function confineAndExec(libc: Libc, spec: ConfineSpec): never {
   );
 }
 
+/**
+ * The `--bind-fds` form: opens each grant without following links (the
+ * descriptors stay open across `execve`), writes their numbers into the
+ * argv and execs it (bubblewrap, which binds them and closes them). Runs on
+ * the host, before bubblewrap; confines nothing itself.
+ */
+function bindFdsAndExec(libc: Libc, spec: BindFdsSpec): never {
+  const argv = [...spec.argv];
+  for (const { path, arg } of spec.fds) {
+    const fd = openNoLinks(libc, path, false);
+    if (fd < 0) {
+      throw new StepError(
+        `the grant ${
+          JSON.stringify(path)
+        } is gone, which it was not when the parent checked it (a worker may have moved it)`,
+        -fd,
+      );
+    }
+    argv[arg] = String(fd);
+  }
+  const args = pointerArray(libc, argv.map(cString));
+  const envp = pointerArray(
+    libc,
+    environEntries(libc.readFile("/proc/self/environ"), spec.env),
+  );
+  const file = cString(argv[0] ?? "");
+  libc.execvpe(
+    libc.address(file),
+    libc.address(args.array),
+    libc.address(envp.array),
+  );
+  const errno = libc.errno();
+  void args.keep;
+  void envp.keep;
+  throw new StepError(`cannot execute ${JSON.stringify(argv[0])}`, errno);
+}
+
 /** What `--probe` prints: what this kernel offers the step. */
 export interface ConfineProbe {
   /** The Landlock ABI version (0: none). */
@@ -676,6 +777,13 @@ export async function runConfineStep(args?: readonly string[]): Promise<never> {
       return fail(error);
     }
     return exit(0);
+  }
+  if (argv[0] === BIND_FDS_FLAG) {
+    try {
+      return bindFdsAndExec(libc, decodeBindFdsSpec(argv[1] ?? ""));
+    } catch (error: unknown) {
+      return fail(error);
+    }
   }
   try {
     return confineAndExec(libc, decodeConfineSpec(argv[0] ?? ""));

@@ -14,7 +14,8 @@ import { isExecutableFile } from "../launch/executable.ts";
 import type { Wrapper } from "../launch/types.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { bwrapWrapper } from "./bwrap_wrapper.ts";
-import { landlockWrapper } from "./confine_wrapper.ts";
+import { bindFdsWrapper, landlockWrapper } from "./confine_wrapper.ts";
+import type { ResolvedGrants } from "./grant_links.ts";
 import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
 import type { SandboxPlan } from "./plan.ts";
 import { seccompArch, seccompFilter } from "./seccomp.ts";
@@ -44,6 +45,14 @@ export interface SandboxWrappersOptions {
   binary: string;
   /** The private code cache, when the worker has one. */
   codeCache: PlannedCodeCache | undefined;
+  /** The path grants as the parent resolved them (`grant_links.ts`). */
+  grants: ResolvedGrants;
+  /**
+   * What the worker may execute (the runtime binary or a command's program,
+   * the programs its `run` names resolve to, their interpreters), and the
+   * files bubblewrap mounts for the `run` names.
+   */
+  programs: { executables: readonly string[]; mounts: readonly string[] };
   /** Registers a callback run when this process exits (the seccomp file's directory goes then). */
   onExit: (callback: () => void) => void;
   /**
@@ -68,7 +77,7 @@ export function sandboxWrappers(
   plan: Extract<SandboxPlan, { confined: true }>,
   options: SandboxWrappersOptions,
 ): Wrapper[] {
-  const { permissions, codeCache } = options;
+  const { permissions, codeCache, grants } = options;
   const wrappers: Wrapper[] = [];
   if (plan.step !== undefined) {
     const write = permissions.write;
@@ -87,7 +96,13 @@ export function sandboxWrappers(
         : permissions,
       cwd: options.cwd,
       alone: plan.bwrap === undefined,
-      executables: [options.binary],
+      // Inside bubblewrap a grant is at its own path (bound there); alone,
+      // at its real path. Either way the step follows no link to it.
+      grants: {
+        at: plan.bwrap === undefined ? grants.sources : new Map(),
+        required: grants.raceable,
+      },
+      executables: options.programs.executables,
       stepEnv: plan.step.stepEnv,
       ...(plan.net === undefined ? {} : { forwarder: plan.net }),
     }));
@@ -105,7 +120,24 @@ export function sandboxWrappers(
           netLowPorts: bindsLowPorts(plan.net),
         }
         : {}),
+      grants: { sources: grants.sources, throughFd: grants.raceable },
+      programs: options.programs.mounts,
     }));
+    // A grant a worker may swap is bound from a descriptor the confine
+    // step opens, on the host, without following links.
+    if (grants.raceable.size > 0) {
+      const [first = ""] = grants.raceable;
+      if (plan.step === undefined) {
+        throw new PermissionError(
+          SAYS.grantNeedsStep(first, "the plan has no confine step"),
+          { module: options.module, permission: "sandbox" },
+        );
+      }
+      wrappers.push(bindFdsWrapper({
+        runner: plan.step.runner,
+        stepEnv: plan.step.stepEnv,
+      }));
+    }
   }
   return wrappers;
 }
