@@ -55,6 +55,7 @@ export interface DriverConfig {
     | "pool"
     | "memory"
     | "import"
+    | "cli"
     | "stream"
     | "events"
     | "net";
