@@ -51,6 +51,12 @@ export interface NetIo {
 const CHUNK_BYTES = 64 * 1024;
 
 /**
+ * How many chunks a `node:net` socket may read ahead of its reader before it
+ * is paused (a pause and resume per chunk cost Bun's relay throughput).
+ */
+const QUEUED_CHUNKS = 8;
+
+/**
  * Copies `from` to `to` until `from` ends, then half-closes `to`; counts
  * the bytes. Rejects on an error of either.
  *
@@ -224,7 +230,8 @@ function nodeStream(socket: Net.Socket): Stream {
   };
   socket.on("data", (chunk: Uint8Array) => {
     chunks.push(chunk);
-    socket.pause();
+    // Bounded: at most QUEUED_CHUNKS chunks wait for the reader.
+    if (chunks.length >= QUEUED_CHUNKS) socket.pause();
     notify();
   });
   socket.on("end", () => {
