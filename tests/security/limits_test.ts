@@ -26,7 +26,7 @@ import { cgroupBackend } from "../../src/runtime/sandbox/limits/open_cgroups.ts"
 import { fixture, scratchDir } from "../_helpers/files.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
-import { needsWorkers, skipUnless } from "../_helpers/tools.ts";
+import { needsSandbox, needsWorkers, skipUnless } from "../_helpers/tools.ts";
 import { rejection, until } from "../_helpers/wait.ts";
 
 checkNoLeaks();
@@ -213,6 +213,35 @@ describe(
       assert.equal(await p.call("ping", []), "pong");
       assert.equal(p.stats().perWorker[0]?.limits.cpuSeconds, "rlimit");
     });
+
+    test(
+      "limits: a sandboxed worker cannot move itself out of its cgroups",
+      needsSandbox(),
+      async () => {
+        await using s = await session(worker, {
+          limits: { memoryBytes: 256 * MiB },
+        });
+        const pid = s.pid ?? 0;
+        const groups = () =>
+          readFileSync(`/proc/${pid}/cgroup`, "utf8").split("\n").filter((
+            line,
+          ) => /:(memory|pids):/.test(line));
+        const before = groups();
+        assert.ok(
+          before.every((line) => line.includes("/airlock-")),
+          before.join(),
+        );
+        const roots = [
+          "/sys/fs/cgroup/pids/cgroup.procs",
+          "/sys/fs/cgroup/memory/cgroup.procs",
+          "/sys/fs/cgroup/unified/cgroup.procs",
+          "/sys/fs/cgroup/cgroup.procs",
+        ];
+        const outcomes = await s.call("escape", [roots]) as string[];
+        assert.ok(!outcomes.includes("ok"), outcomes.join());
+        assert.deepEqual(groups(), before);
+      },
+    );
 
     test("limits under strict: one that cannot be enforced (a launcher runs the worker elsewhere) refuses the start with PermissionError naming it and the fix", async () => {
       const error = await rejection(
