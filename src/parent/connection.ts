@@ -21,6 +21,7 @@ import {
   type HelloMessage,
   LIMIT_MESSAGE_VERSION,
   LIVENESS_MESSAGE_VERSION,
+  PID_MESSAGE_VERSION,
   type ResultMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
@@ -863,6 +864,16 @@ export class Connection {
         this.#workerPid = this.#options.command.local
           ? this.#options.command.workerPid(this.spawnPid)
           : message.pid;
+        // The host's pid, which the worker's logs and errors are reported
+        // under, written before any call (a handler reads it as this.pid).
+        if (
+          this.#options.command.local &&
+          message.version >= PID_MESSAGE_VERSION
+        ) {
+          this.#child.write(
+            encodeMessage({ type: "pid", id: CONTROL_ID, pid: this.pid }),
+          ).catch(() => {});
+        }
         this.#watchStdoutOf(this.#workerPid);
         this.#syncRef();
         this.#resolveReady(message);

@@ -27,6 +27,7 @@ const DIRECTION: Readonly<Record<Message["type"], CrossingDirection>> = {
   credit: "to-worker",
   limit: "to-worker",
   ping: "to-worker",
+  pid: "to-worker",
   shutdown: "to-worker",
   hello: "to-parent",
   fatal: "to-parent",

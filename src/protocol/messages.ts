@@ -31,13 +31,15 @@ export const CONTROL_ID = 0;
  * check) and `dropped` (a cancelled call that never started). The frame
  * layout has its own version (`PROTOCOL_VERSION` in frame.ts, still 1).
  */
-export const MESSAGE_VERSION = 4;
+export const MESSAGE_VERSION = 5;
 /** The oldest message version a parent accepts in a hello. */
 export const OLDEST_MESSAGE_VERSION = 1;
 /** The first message version whose workers honour `limit`. */
 export const LIMIT_MESSAGE_VERSION = 3;
 /** The first message version whose workers answer `ping` and send `dropped`. */
 export const LIVENESS_MESSAGE_VERSION = 4;
+/** The first message version whose workers take the `pid` message. */
+export const PID_MESSAGE_VERSION = 5;
 
 /** The shortest gap between two `progress` messages of one call. */
 export const PROGRESS_INTERVAL_MS = 50;
@@ -231,6 +233,21 @@ export interface DroppedMessage {
   id: number;
 }
 
+/**
+ * The pid the parent reports the worker under (message version 5): inside
+ * a sandbox's pid namespace a worker's own pid is not the host's, which its
+ * logs, errors and `stats()` name. Sent once, right after the hello, before
+ * any call; a handler reads it as `this.pid`.
+ */
+export interface PidMessage {
+  /** Discriminant. */
+  type: "pid";
+  /** Always {@linkcode CONTROL_ID}. */
+  id: 0;
+  /** The worker's pid as the parent sees it. */
+  pid: number;
+}
+
 /** Finish what is in flight, acknowledge, exit. */
 export interface ShutdownMessage {
   /** Discriminant. */
@@ -267,6 +284,7 @@ export type ParentMessage =
   | CreditMessage
   | LimitMessage
   | PingMessage
+  | PidMessage
   | ShutdownMessage;
 
 /** Every message of the protocol. */
@@ -545,6 +563,12 @@ export function decodeMessage(frame: Frame): Message {
       return { type, id: requireControl(record, type) };
     case "ping":
       return { type, id: requireControl(record, type) };
+    case "pid": {
+      const id = requireControl(record, type);
+      const pid = requireCount(record, "pid", type);
+      if (pid < 1) fail(`"pid" has an invalid "pid" ${show(pid)}`);
+      return { type, id, pid };
+    }
     case "pong":
       return { type, id: requireControl(record, type) };
     case "dropped":

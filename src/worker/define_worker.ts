@@ -15,6 +15,14 @@ export interface CallContext {
   /** The request id of the call. */
   readonly id: number;
   /**
+   * The pid the parent reports this worker under: in `stats()`, errors,
+   * events and the `onStderr` log source. Inside the OS sandbox's pid
+   * namespace `process.pid` is not that pid (it is 2, for example); log
+   * `this.pid` to match the parent's records. The worker's own pid where
+   * the parent has not said (a parent older than message version 5).
+   */
+  readonly pid: number;
+  /**
    * Reports progress without ending the call: the parent's `onProgress`
    * call option receives `value`. Throttled: at most one report every
    * 50 ms goes out, the latest value winning; one held back is sent before

@@ -101,6 +101,7 @@ class Context implements CallContext {
   readonly op: string;
   readonly id: number;
   readonly traceContext: CallContext["traceContext"];
+  readonly pid: number;
   #state: Running;
   #report: (id: number, state: Running, value: unknown) => void;
   #progress: ((value: unknown) => void) | undefined;
@@ -109,10 +110,12 @@ class Context implements CallContext {
     call: CallMessage,
     state: Running,
     report: (id: number, state: Running, value: unknown) => void,
+    pid: number,
   ) {
     this.op = call.op;
     this.id = call.id;
     this.traceContext = call.trace;
+    this.pid = pid;
     this.#state = state;
     this.#report = report;
   }
@@ -172,6 +175,8 @@ export async function serve(
   let concurrency = definition.concurrency;
   /** Whether the parent sent `limit` (it writes calls ahead). */
   let limited = false;
+  /** The pid the parent reports this worker under (the `pid` message). */
+  let pid = adapter.pid();
   /**
    * Calls holding a slot: running, or (under `limit`) answered and not yet
    * written.
@@ -447,7 +452,10 @@ export async function serve(
       if (!handler || !Object.hasOwn(handlers, call.op)) {
         throw unknownOpError(call.op, ops);
       }
-      value = handler.apply(new Context(call, state, progress), call.args);
+      value = handler.apply(
+        new Context(call, state, progress, pid),
+        call.args,
+      );
     } catch (error: unknown) {
       fail(call, state, error);
       return;
@@ -539,6 +547,10 @@ export async function serve(
         // Answered from the event loop: a handler stuck in synchronous code
         // keeps this from running, which is what the parent checks.
         void send({ type: "pong", id: CONTROL_ID });
+        return;
+      case "pid":
+        // The host's pid: inside a sandbox's pid namespace ours is not it.
+        pid = message.pid;
         return;
       case "limit":
         // Queued calls start in arrival order as slots free up: the parent

@@ -188,9 +188,21 @@ describe("decodeMessage() refusals", () => {
         "shutdown-ack",
         "ping",
         "pong",
+        "pid",
       ]
     ) {
       assertRefused({ ...HELLO, type, id: 1 }, /must carry id 0/);
+    }
+  });
+
+  test("decodeMessage() reads the pid message (version 5) and refuses a pid that is not a positive integer", () => {
+    assert.deepEqual(decodeRecord({ type: "pid", id: 0, pid: 4242 }), {
+      type: "pid",
+      id: 0,
+      pid: 4242,
+    });
+    for (const pid of [0, -1, 1.5, "7", null, undefined]) {
+      assertRefused({ type: "pid", id: 0, pid }, /"pid" has an invalid "pid"/);
     }
   });
 
@@ -301,8 +313,8 @@ describe("decodeMessage() refusals", () => {
 
   test("decodeMessage() refuses a hello of another version, with both versions named", () => {
     assertRefused(
-      { ...HELLO, version: 5 },
-      /version 5, this parent speaks 1 to 4/,
+      { ...HELLO, version: 6 },
+      /version 6, this parent speaks 1 to 5/,
     );
     assertRefused({ ...HELLO, version: 0 }, /version 0/);
     assertRefused({ ...HELLO, version: undefined }, /version undefined/);
