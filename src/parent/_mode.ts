@@ -134,6 +134,8 @@ export abstract class ModeCore implements SettleHook, CallCanceller {
   #unsettled: PendingCall | undefined;
   /** Wait and run time summaries and utilization. */
   protected readonly metrics: CallMetrics = new CallMetrics();
+  /** Calls ended by their signal, whole-call deadline or handle. */
+  readonly #aborted = new WeakSet<PendingCall>();
 
   /**
    * Creates the shared core.
@@ -273,7 +275,29 @@ export abstract class ModeCore implements SettleHook, CallCanceller {
     }
     if (!call.settled) this.admit(call);
     this.metrics.placed(call);
+    return this.settledOf(call);
+  }
+
+  /**
+   * The promise the caller sees settle for an admitted call: the call's own
+   * (a one-shot runner waits for the call's process to be gone too).
+   *
+   * @param call The call, admitted.
+   * @returns The promise.
+   */
+  protected settledOf(call: PendingCall): Promise<unknown> {
     return call.promise;
+  }
+
+  /**
+   * Whether a call was ended by its signal, its whole-call deadline or its
+   * handle (rather than settled by its worker or by close).
+   *
+   * @param call The call.
+   * @returns Whether it was aborted.
+   */
+  protected aborted(call: PendingCall): boolean {
+    return this.#aborted.has(call);
   }
 
   /**
@@ -288,8 +312,13 @@ export abstract class ModeCore implements SettleHook, CallCanceller {
   handle(op: string, args: unknown[], options?: CallOptions): CallHandle {
     const call = this.#admitCall(op, args, options);
     if ("refused" in call) return refusedCall(op, call.refused);
-    const handle = callHandle(call, call.promise, this, this.options.label);
     if (!call.settled) this.admit(call);
+    const handle = callHandle(
+      call,
+      this.settledOf(call),
+      this,
+      this.options.label,
+    );
     this.metrics.placed(call);
     return handle;
   }
@@ -328,6 +357,7 @@ export abstract class ModeCore implements SettleHook, CallCanceller {
   /** Aborts a call: out of the queue, or cancelled in its worker. */
   #abort(call: PendingCall, reason: unknown): void {
     if (call.settled) return;
+    this.#aborted.add(call);
     const index = this.queue.indexOf(call);
     if (index !== -1) {
       // Queued: removed without touching any worker.

@@ -7,7 +7,6 @@
  * @module
  */
 
-import { SessionClosedError } from "../errors.ts";
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import type {
@@ -17,35 +16,17 @@ import type {
   ConnectionExit,
 } from "./connection.ts";
 import { crashError } from "./_exit.ts";
-import {
-  armTotalDeadline,
-  callHandle,
-  createCall,
-  markExecuted,
-  noteSent,
-  onCallAbort,
-  type PendingCall,
-} from "./_call.ts";
-import {
-  publishTimeout,
-  traceEnd,
-  traceRefused,
-  traceStart,
-} from "./_events.ts";
-import { type CallHandle, refusedCall } from "./_stream.ts";
+import type { PendingCall } from "./_call.ts";
 import { asStartError, launchWorker, runSetup } from "./_launch.ts";
-import { workerGone } from "./_mode.ts";
+import { FORCED_REASON, ModeCore, workerGone } from "./_mode.ts";
 import {
   type CallOptions,
+  type CloseOptions,
   ONE_SHOT_OPTION_KEYS,
   type OneShotOptions,
   type ResolvedWorkerOptions,
 } from "./options.ts";
-import {
-  resolveCallOptions,
-  resolveSpares,
-  resolveWorkerOptions,
-} from "./_resolve_options.ts";
+import { resolveSpares, resolveWorkerOptions } from "./_resolve_options.ts";
 import {
   resolveTracker,
   type StateStamp,
@@ -92,9 +73,14 @@ export type OneShot<D = unknown> = WorkerApi<D> & {
    * `SessionClosedError`, `kind: "oneShot"`); settles once the calls already
    * made have settled and every process, spare or not, is gone. Idempotent.
    * Only needed with `spares` (idle spares do not keep the parent alive, and
-   * exit with it).
+   * exit with it). `force: true` (or `closeTimeoutMs` passing) ends the
+   * calls still running now: they reject with `SessionClosedError` and
+   * their processes are killed.
+   *
+   * @param options `force` and `timeoutMs`.
+   * @returns Settles once every process is gone.
    */
-  close(): Promise<void>;
+  close(options?: CloseOptions): Promise<void>;
   /** Same as `close()`, for `await using`. */
   [Symbol.asyncDispose](): Promise<void>;
 };
@@ -253,6 +239,136 @@ function refillAfter(over: Promise<unknown>, spares: Spares): void {
 }
 
 /**
+ * The core of a one-shot runner: admission, abort, `close()` with `force`
+ * and `closeTimeoutMs` come from the shared mode core; a call is placed on
+ * a process of its own (a spare, or one started for it), which is shut down
+ * right behind it. A call settles once its process is gone, except on
+ * abort, which rejects at once.
+ */
+class OneShotCore extends ModeCore implements ConnectionEvents {
+  readonly #spares: Spares | undefined;
+  /** The processes running a call now. */
+  readonly #running = new Set<Connection>();
+  /** Each call's start-call-exit, until it is over. */
+  readonly #lifecycles = new Map<PendingCall, Promise<void>>();
+  /** Calls made and not yet over (their process gone), for `close()`. */
+  readonly #active = new Set<Promise<void>>();
+
+  constructor(
+    options: ResolvedWorkerOptions,
+    adapter: RuntimeAdapter,
+    spareCount: number,
+    tracker: StateTracker,
+  ) {
+    super("oneShot", options, adapter);
+    this.#spares = spareCount > 0
+      ? new Spares(spareCount, options, adapter, this, tracker)
+      : undefined;
+    this.#spares?.fill();
+  }
+
+  /** A call lost with its process fails with the crash: never retried. */
+  onLost(calls: CallRecord[], exit: ConnectionExit): void {
+    for (const lost of calls) {
+      lost.reject(crashError(this.options.label, lost, exit));
+    }
+  }
+
+  protected override connections(): Iterable<Connection> {
+    return this.#running;
+  }
+
+  /**
+   * Start, call, shut down: the call goes to a spare or a process started
+   * for it, with the shutdown written right behind it.
+   */
+  protected override admit(call: PendingCall): void {
+    const spares = this.#spares;
+    const spare = spares?.take();
+    // Without a spare, one starts now (beside this call's own process).
+    if (!spare) spares?.fill();
+    const lifecycle = this.#lifecycle(call, spare);
+    this.#lifecycles.set(call, lifecycle);
+    this.#active.add(lifecycle);
+    lifecycle.finally(() => {
+      this.#active.delete(lifecycle);
+      this.#lifecycles.delete(call);
+    });
+    // The replacement of a spare taken starts once this call is over (or
+    // has run SPARE_REFILL_AFTER_MS): building and spawning it is
+    // synchronous work that would delay writing this call, reading its
+    // answer and seeing its process exit.
+    if (spare && spares) refillAfter(lifecycle, spares);
+  }
+
+  async #lifecycle(call: PendingCall, spare: Spare | undefined): Promise<void> {
+    const options = this.options;
+    let conn: Connection;
+    try {
+      conn = spare ? await spare.ready : await launchWorker(
+        options,
+        this.adapter,
+        this,
+        "oneShot",
+        call.signal,
+      );
+    } catch (error: unknown) {
+      call.reject(error);
+      return;
+    }
+    this.#running.add(conn);
+    try {
+      if (this.forced) conn.kill(FORCED_REASON, true);
+      if (spare && !call.settled) {
+        // The spare's setup runs now, under the start's deadline from now.
+        try {
+          await runSetup(conn, options, Date.now());
+        } catch (error: unknown) {
+          conn.kill("the start failed", true);
+          await conn.closed;
+          call.reject(asStartError(error, options, conn));
+          return;
+        }
+      }
+      if (!call.settled) {
+        this.send(conn, call);
+        // The shutdown goes right behind the call: the worker exits once
+        // the call is answered (docs/PROTOCOL.md: calls written before a
+        // shutdown run and answer).
+        conn.endAfterCalls();
+      }
+      await call.promise.catch(() => {});
+      await conn.shutdown(options.closeGraceMs);
+    } finally {
+      this.#running.delete(conn);
+    }
+  }
+
+  /**
+   * As the caller sees a call settle: once its process is gone, except
+   * when it was aborted (at once).
+   */
+  protected override settledOf(call: PendingCall): Promise<unknown> {
+    const lifecycle = this.#lifecycles.get(call);
+    if (lifecycle === undefined) return call.promise;
+    return call.promise.then(
+      async (value) => {
+        await lifecycle;
+        return value;
+      },
+      async (error: unknown) => {
+        if (!this.aborted(call)) await lifecycle;
+        throw error;
+      },
+    );
+  }
+
+  protected override async drainAndStop(): Promise<void> {
+    await Promise.all([this.#spares?.close(), ...this.#active]);
+  }
+}
+
+/**
  * Creates a runner that starts a fresh worker process for every call, runs
  * `setup` and the call, then shuts the process down. Nothing is spawned
  * until the first call; concurrent calls run in parallel processes. No
@@ -310,151 +426,18 @@ export function oneShot<D = unknown>(
     resolved.cwd,
     (path) => adapter.pathIdentity(path),
   );
-  const events: ConnectionEvents = {
-    onLost(calls: CallRecord[], exit: ConnectionExit) {
-      for (const lost of calls) {
-        lost.reject(crashError(resolved.label, lost, exit));
-      }
-    },
-    onTimeout(timedOut: CallRecord) {
-      publishTimeout(() => ({
-        op: timedOut.op,
-        id: timedOut.id,
-        module: resolved.label,
-        mode: "oneShot",
-        pid: (timedOut as PendingCall).pids.at(-1) ?? 0,
-        timeoutMs: timedOut.timeoutMs,
-      }));
-    },
-  };
-  const spares = spareCount > 0
-    ? new Spares(spareCount, resolved, adapter, events, tracker)
-    : undefined;
-  spares?.fill();
-  /** Calls made and not yet over (their process gone), for `close()`. */
-  const active = new Set<Promise<unknown>>();
-  let closing: Promise<void> | undefined;
-  const run = (
-    op: string,
-    args: unknown[],
-    callOptions: CallOptions | undefined,
-    asPromise: boolean,
-  ): CallHandle | Promise<unknown> => {
-    let call: PendingCall;
-    let signal: AbortSignal | undefined;
-    const trace = traceStart(op, "oneShot", resolved.label);
-    try {
-      const resolvedCall = resolveCallOptions(
-        callOptions,
-        resolved.callTimeoutMs,
-      );
-      signal = resolvedCall.signal;
-      call = createCall(
-        op,
-        args,
-        resolvedCall.timeoutMs,
-        signal,
-        false,
-        resolvedCall,
-        trace,
-      );
-      signal?.throwIfAborted();
-      if (closing) {
-        throw new SessionClosedError({
-          module: resolved.label,
-          op,
-          kind: "oneShot",
-        });
-      }
-    } catch (error: unknown) {
-      if (trace) traceRefused(trace, error);
-      markExecuted(error, "no");
-      return asPromise ? Promise.reject(error) : refusedCall(op, error);
-    }
-    // `call()` is awaited as a whole: a stream resolves with its values.
-    if (asPromise) call.awaited = true;
-    const spare = spares?.take();
-    // Without a spare, one starts now (beside this call's own process).
-    if (!spare) spares?.fill();
-    let conn: Awaited<ReturnType<typeof launchWorker>> | undefined;
-    let aborted = false;
-    const abort = (reason: unknown): void => {
-      if (call.settled) return;
-      aborted = true;
-      if (!conn?.cancel(call, reason)) call.reject(reason);
-    };
-    onCallAbort(call, () => abort(signal?.reason));
-    // Start, call, shut down; the call settles once the process is gone,
-    // except on abort, which rejects at once.
-    const lifecycle = (async () => {
-      try {
-        conn = spare
-          ? await spare.ready
-          : await launchWorker(resolved, adapter, events, "oneShot", signal);
-      } catch (error: unknown) {
-        call.reject(error);
-        return;
-      }
-      if (spare && !call.settled) {
-        // The spare's setup runs now, under the start's deadline from now.
-        try {
-          await runSetup(conn, resolved, Date.now());
-        } catch (error: unknown) {
-          conn.kill("the start failed", true);
-          await conn.closed;
-          call.reject(asStartError(error, resolved, conn));
-          return;
-        }
-      }
-      if (!call.settled) {
-        noteSent(call, conn.pid);
-        conn.send(call);
-        // The shutdown goes right behind the call: the worker exits once
-        // the call is answered (docs/PROTOCOL.md: calls written before a
-        // shutdown run and answer).
-        conn.endAfterCalls();
-      }
-      await call.promise.catch(() => {});
-      await conn.shutdown(resolved.closeGraceMs);
-    })();
-    active.add(lifecycle);
-    lifecycle.finally(() => active.delete(lifecycle));
-    // The replacement of a spare taken starts once this call is over (or
-    // has run SPARE_REFILL_AFTER_MS): building and spawning it is
-    // synchronous work that would delay writing this call, reading its
-    // answer and seeing its process exit.
-    if (spare && spares) refillAfter(lifecycle, spares);
-    // A stream's end, too, reaches the caller once the process is gone.
-    const settled = call.promise.then(
-      async (value) => {
-        await lifecycle;
-        return value;
-      },
-      async (error: unknown) => {
-        if (!aborted) await lifecycle;
-        throw error;
-      },
-    );
-    if (trace) traceEnd(trace, settled);
-    if (!asPromise) return callHandle(call, settled, abort, resolved.label);
-    armTotalDeadline(call, abort, resolved.label);
-    return settled;
-  };
+  const core = new OneShotCore(resolved, adapter, spareCount, tracker);
   const call = (op: string, args: unknown[], callOptions?: CallOptions) =>
-    run(op, args, callOptions, true);
+    core.call(op, args, callOptions);
   const handleOf = (op: string, args: unknown[], callOptions?: CallOptions) =>
-    run(op, args, callOptions, false);
-  const close = (): Promise<void> => {
-    closing ??= (async () => {
-      await Promise.all([spares?.close(), ...active]);
-    })();
-    return closing;
-  };
+    core.handle(op, args, callOptions);
+  const close = (closeOptions?: CloseOptions): Promise<void> =>
+    core.close(closeOptions);
   const handle = {
     call: call as WorkerCall<D>,
     stream: handleOf as WorkerStream<D>,
     close,
-    [Symbol.asyncDispose]: close,
+    [Symbol.asyncDispose]: () => close(),
   };
   return withProxy<typeof handle, D>(handle, handleOf);
 }

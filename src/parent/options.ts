@@ -349,6 +349,16 @@ export interface OneShotOptions<D = unknown>
    * @default {0}
    */
   spares?: number;
+  /**
+   * Bounds a plain `close()` (and `await using`), in milliseconds: calls
+   * still running when it passes are ended as with `close({ force: true })`
+   * (they reject with `SessionClosedError`, their processes are killed) and
+   * `close()` resolves once the processes are gone. `0` lets `close()` wait
+   * for every call made, however long it runs.
+   *
+   * @default {0}
+   */
+  closeTimeoutMs?: number;
 }
 
 /**
@@ -644,6 +654,7 @@ export const ONE_SHOT_OPTION_KEYS: readonly string[] = keyList<
   "watch",
   "scope",
   "spares",
+  "closeTimeoutMs",
 ]);
 
 /** The keys of {@linkcode PoolOptions}. */
