@@ -108,6 +108,20 @@ export interface Permissions {
    * @default {"strict"}
    */
   enforce?: "strict" | "best-effort";
+  /**
+   * Whether the sandbox must refuse every change of metadata (mode, owner,
+   * times, extended attributes) of files outside the write grants.
+   * `"strict"` starts the worker only under bubblewrap, where read grants
+   * are read-only mounts: under Landlock alone the seccomp filter refuses
+   * the path-based calls (`chmod`, `chown`, `utimes`, `setxattr`), but a
+   * worker can still change, through a descriptor (`fchmod`), a file it may
+   * read and owns (as root: every root-owned file it may read), and the
+   * start fails with a `PermissionError` instead. `"best-effort"` accepts
+   * that hold.
+   *
+   * @default {"best-effort"}
+   */
+  metadata?: "strict" | "best-effort";
 }
 
 /**
@@ -142,6 +156,8 @@ export interface ResolvedPermissions {
   readonly sys: ResolvedScopes;
   /** What to do when nothing can enforce these permissions. */
   readonly enforce: "strict" | "best-effort";
+  /** `"strict"` when every metadata change outside the write grants must be refused (absent: best effort). */
+  readonly metadata?: "strict";
 }
 
 /** The permission kinds, in flag order. */
@@ -168,6 +184,7 @@ export type PermissionKind =
 const KNOWN_KEYS: ReadonlySet<string> = new Set<string>([
   ...PERMISSION_KINDS,
   "enforce",
+  "metadata",
 ]);
 
 /**
@@ -274,6 +291,16 @@ export function resolvePermissions(
       ? new RangeError(message)
       : new TypeError(message);
   }
+  const metadata = input.metadata ?? "best-effort";
+  if (metadata !== "strict" && metadata !== "best-effort") {
+    const message =
+      `Invalid option "${optionName}.metadata": expected "strict" or "best-effort", received ${
+        describe(metadata)
+      }`;
+    throw typeof metadata === "string"
+      ? new RangeError(message)
+      : new TypeError(message);
+  }
   const field = (kind: PermissionKind): ResolvedScopes =>
     resolveScopes(input[kind], kind, cwd, `${optionName}.${kind}`);
   return {
@@ -286,6 +313,7 @@ export function resolvePermissions(
     ffi: field("ffi"),
     sys: field("sys"),
     enforce,
+    ...(metadata === "strict" ? { metadata } : {}),
   };
 }
 

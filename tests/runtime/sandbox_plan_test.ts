@@ -29,6 +29,10 @@ const dbBestEffort = resolvePermissions({
 }, "/app");
 const noPort = resolvePermissions({ net: ["db.internal"] }, "/app");
 const wholeNet = resolvePermissions({ net: true }, "/app");
+const metadataStrict = resolvePermissions(
+  { read: ["./data"], metadata: "strict" },
+  "/app",
+);
 
 const step = (
   landlockAbi: number,
@@ -89,6 +93,19 @@ const bun = "bun" as const;
 const command = "command" as const;
 
 const cases: Case[] = [
+  // permissions.metadata "strict" (issue 24, item 5): only under bubblewrap,
+  // whose read-only mounts refuse the descriptor forms too.
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: metadataStrict },
+    facts: landlockAlone,
+    expect: "error:sandbox",
+    says: [/permissions\.metadata "strict"/, /fchmod/],
+  },
+  {
+    request: { runtime: bun, sandbox: "auto", permissions: metadataStrict },
+    facts: both,
+    expect: "confined:bwrap,landlock+seccomp:step",
+  },
   // auto on Deno: the sandbox wherever it is available, whatever is granted.
   ...[nothing, readOnly, ffi, run].map((permissions): Case => ({
     request: { runtime: deno, sandbox: "auto", permissions },

@@ -14,12 +14,13 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { chmodSync, mkdirSync, statSync, writeFileSync } from "node:fs";
-import { session } from "../../mod.ts";
+import { PermissionError, session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
 import { fixture, scratchDir } from "../_helpers/files.ts";
 import { captureLog } from "../_helpers/log.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
+import { hasTool } from "../_helpers/tools.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 import { NATIVE_PRELUDE } from "./_native.ts";
 
@@ -102,5 +103,36 @@ describe("metadata outside the grants", { skip: SKIP }, () => {
     );
     assert.deepEqual(await s.run(CHANGE_OWN, own), { ok: true, value: 0o640 });
     assert.equal(statSync(own).mtimeMs, 2000);
+  });
+
+  test(`permissions.metadata "strict" starts a ${RUNTIME} worker only where every metadata change outside the write grants is refused (bubblewrap)`, async () => {
+    using dir = scratchDir("metadata-strict");
+    const readable = dir.join("r.txt");
+    writeFileSync(readable, "mine");
+    chmodSync(readable, 0o600);
+    const start = session<typeof evaluate>(worker, {
+      ...captureLog(),
+      runtime: RUNTIME,
+      permissions: {
+        read: [dir.path],
+        metadata: "strict",
+        ...(RUNTIME === "deno" ? { ffi: true } : {}),
+      },
+    });
+    if (!hasTool("bwrap")) {
+      const error = await start.then(() => undefined, (e: unknown) => e);
+      assert.ok(error instanceof PermissionError, String(error));
+      assert.equal(error.permission, "sandbox");
+      assert.match(error.message, /permissions\.metadata "strict"/);
+      return;
+    }
+    await using s = await start;
+    // The descriptor form, which Landlock alone lets through: refused here.
+    const outcome = await s.run(
+      "const fd = fs.openSync(arg, 'r'); try { fs.fchmodSync(fd, 0o666); return 'changed'; } finally { fs.closeSync(fd); }",
+      readable,
+    );
+    assert.notDeepEqual(outcome, { ok: true, value: "changed" });
+    assert.equal(statSync(readable).mode & 0o777, 0o600);
   });
 });

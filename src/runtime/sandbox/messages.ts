@@ -129,6 +129,8 @@ export const SANDBOX_MESSAGES = {
         ? ", which would expose the root or home directory"
         : ` inside "${planted}", where a worker may write and could have made it`
     }; grant the real path instead`,
+  metadataNeedsBwrap: (why: string): string =>
+    `permissions.metadata "strict" cannot be enforced here: without bubblewrap (${why}) the sandbox is Landlock alone, where a worker can still change the metadata of a file it may read and owns through a descriptor (fchmod); make bubblewrap usable, or accept that hold with permissions.metadata "best-effort"`,
   grantMissing: (kind: string, path: string, planted: string): string =>
     `permissions.${kind} "${path}" does not exist, and it lies inside "${planted}", where a worker may write and could make it a link; create it before the worker starts`,
   grantNeedsStep: (path: string, reason: string): string =>

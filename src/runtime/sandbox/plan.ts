@@ -359,6 +359,16 @@ export function sandboxPlan(
         (landlock?.seccompOnly === true && bwrap !== undefined))
     ? facts.confineStep
     : undefined;
+  if (permissions.metadata === "strict" && bwrap === undefined) {
+    return refuse(
+      SAYS.metadataNeedsBwrap(
+        bwrapUnusable === undefined
+          ? SAYS.bwrapNotFoundShort()
+          : SAYS.bwrapCannotRun(bwrapUnusable),
+      ),
+      "sandbox",
+    );
+  }
   return confinedBy(
     reason,
     bwrap,
