@@ -110,17 +110,18 @@ describe("rogue workers", needsWorkers(), () => {
     assert.ok(log.lines.includes("not a frame at all"));
   });
 
-  test("session() a half frame that never completes times out, and two in a row replace the worker", async () => {
+  test("session() a half frame that never completes times out once; the worker fails the liveness check and the next call runs on a fresh one", async () => {
     await using s = await session(rogue, captureLog());
     const pid = s.pid!;
     const first = await failure(
       s.call("claim", [100, 10, "hang"], { timeoutMs: 200 }),
     );
     assert.ok(first instanceof WorkerTimeoutError, String(first));
-    const second = await failure(s.call("ok", [], { timeoutMs: 200 }));
-    assert.ok(second instanceof WorkerTimeoutError, String(second));
+    // Its pong is swallowed by the half frame: nothing it writes can be
+    // read again, so it counts as wedged and is replaced before this call.
+    assert.equal(await s.call("ok", [], { timeoutMs: 30_000 }), "ok");
     await until(() => !isAlive(pid), 5_000, "the stuck worker was killed");
-    assert.equal(await s.call("ok", []), "ok");
+    assert.notEqual(s.pid, pid);
   });
 
   test("session() a command claiming 0xFFFFFFFF bytes before its hello fails to start with a handshake error", async () => {
