@@ -128,4 +128,23 @@ describe("program grants", { skip: SKIP }, () => {
     assert.ok(error instanceof PermissionError, String(error));
     assert.match(error.message, /could have planted it/);
   });
+
+  test(`a ${RUNTIME} worker granted run on a path where another worker may write is refused`, async () => {
+    using dir = scratchDir("planted-run");
+    const root = realpathSync(dir.path);
+    copyFileSync("/bin/true", `${root}/tool`);
+    await using writer = await session<typeof evaluate>(worker, {
+      ...captureLog(),
+      runtime: RUNTIME,
+      permissions: { write: [root] },
+    });
+    assert.ok((writer.pid ?? 0) > 0);
+    const error = await session(worker, {
+      ...captureLog(),
+      runtime: RUNTIME,
+      permissions: { run: [`${root}/tool`] },
+    }).then(() => undefined, (e: unknown) => e);
+    assert.ok(error instanceof PermissionError, String(error));
+    assert.match(error.message, /could have planted it/);
+  });
 });

@@ -39,9 +39,11 @@ import {
 } from "./lookups.ts";
 import {
   executionFiles,
+  isExecutableFile,
   recordWorkerWritable,
   resolveProgram,
   resolveRunNames,
+  trustedRealPath,
   writableByWorker,
 } from "./executable.ts";
 import {
@@ -483,6 +485,9 @@ function runPrograms(
       executables.push(...program.files);
     }
     for (const entry of run.filter((entry) => isAbsolute(entry))) {
+      // A granted program a worker of this process may have planted (or
+      // may swap for a link) is refused, as a run name's is.
+      if (isExecutableFile(entry, denied)) trustedRealPath(entry, denied);
       executables.push(...executionFiles(entry, path, denied));
     }
   }
