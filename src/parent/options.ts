@@ -502,7 +502,9 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    * backoff (1 s, doubling up to 30 s), then tried again; meanwhile the
    * others carry the load. A lost host fails its running calls with
    * `WorkerCrashedError` (`executed: "maybe"`; idempotent ones are retried
-   * on another worker), and its workers are replaced on the others. With
+   * on another worker), and its workers are replaced on the others; when
+   * shares differ by two or more (the host is back), one worker at a time
+   * moves to the less loaded launcher. With
    * every launcher set aside, calls fail with `WorkerStartError` naming
    * each launcher's last failure. Not with `launcher`. See docs/remote.md.
    *

@@ -272,6 +272,8 @@ class PoolCore extends ModeCore {
   #health: LauncherHealth[] = [];
   #launcherOptions: ResolvedWorkerOptions[] = [];
   #startingOn: number[] = [];
+  /** Whether a start that moves a worker to another launcher is on. */
+  #rebalancing = false;
 
   constructor(
     options: ResolvedWorkerOptions,
@@ -331,8 +333,11 @@ class PoolCore extends ModeCore {
    *
    * @param predecessor The worker it replaces, when started ahead of that
    *   worker's retirement: it waits on standby until then.
+   * @param rebalance Whether it moves `predecessor` to a less loaded
+   *   launcher: `predecessor` retires once it is ready.
+   * @returns Whether it started (not when every launcher is set aside).
    */
-  #startWorker(predecessor?: PoolWorker): boolean {
+  #startWorker(predecessor?: PoolWorker, rebalance = false): boolean {
     let launcher = 0;
     let options = this.options;
     if (this.#health.length > 0) {
@@ -405,7 +410,10 @@ class PoolCore extends ModeCore {
           worker.standby = true;
           worker.predecessor = predecessor;
           predecessor.heir = worker;
+          // Moved here from a more loaded launcher: it takes over now.
+          if (rebalance) this.#retire(predecessor);
         }
+        if (rebalance) this.#rebalancing = false;
         holder.worker = worker;
         this.adopted(conn);
         this.#workers.add(worker);
@@ -421,6 +429,7 @@ class PoolCore extends ModeCore {
       },
       (error: unknown) => {
         this.#starts.delete(start);
+        if (rebalance) this.#rebalancing = false;
         if (predecessor) {
           this.#successorStarts--;
           // Its replacement may be started again (or on demand).
@@ -431,11 +440,7 @@ class PoolCore extends ModeCore {
           // Another launcher may serve: the pool fails its queue only once
           // every launcher is set aside (#failIfStranded).
           (this.#startingOn[launcher] as number)--;
-          recordFailure(
-            this.#health[launcher] as LauncherHealth,
-            error,
-            Date.now(),
-          );
+          this.#failed(launcher, error);
           this.#pump();
           return;
         }
@@ -475,6 +480,56 @@ class PoolCore extends ModeCore {
   }
 
   /**
+   * Records a failed start of a launcher; once it is set aside, the pool
+   * looks again when its backoff has passed (to rebalance, or to start what
+   * is needed then).
+   */
+  #failed(launcher: number, error: unknown): void {
+    const health = this.#health[launcher] as LauncherHealth;
+    if (!recordFailure(health, error, Date.now())) return;
+    const timer = setTimeout(
+      () => this.#pump(),
+      Math.max(0, health.asideUntil - Date.now()) + 1,
+    );
+    (timer as { unref?: () => void }).unref?.();
+  }
+
+  /**
+   * Moves one worker from the most loaded launcher to the least loaded one
+   * in service when they differ by two or more (a host back after a loss,
+   * or one that came up late): its replacement starts there, and it
+   * retires once that is ready. One such move at a time, none while other
+   * starts are on; a failed start counts against that launcher's health.
+   */
+  #rebalance(): void {
+    if (
+      this.#health.length < 2 || this.#rebalancing || this.closing ||
+      this.forced || this.#starting > 0
+    ) return;
+    const load = this.#launcherLoad();
+    const low = pickLauncher(this.#health, load, Date.now());
+    if (low === undefined) return;
+    let high = 0;
+    for (let index = 1; index < load.length; index++) {
+      if ((load[index] ?? 0) > (load[high] ?? 0)) high = index;
+    }
+    if ((load[high] ?? 0) - (load[low] ?? 0) < 2) return;
+    for (const worker of this.#workers) {
+      if (
+        worker.launcher !== high || worker.retiring || worker.standby ||
+        worker.succeeded || !worker.conn.alive
+      ) continue;
+      worker.succeeded = true;
+      this.#rebalancing = true;
+      if (!this.#startWorker(worker, true)) {
+        worker.succeeded = false;
+        this.#rebalancing = false;
+      }
+      return;
+    }
+  }
+
+  /**
    * With every launcher set aside and nothing serving or starting, fails
    * the queued calls with an error naming each launcher's last failure
    * (rather than wait for a backoff no call asked for).
@@ -507,12 +562,11 @@ class PoolCore extends ModeCore {
       diedAtConnect(exit.requested, worker.readyAt, now)
     ) {
       const code = exit.signal ?? `code ${exit.code}`;
-      recordFailure(
-        this.#health[worker.launcher] as LauncherHealth,
+      this.#failed(
+        worker.launcher,
         new AirlockError(
           `its worker (pid ${exit.pid}) exited (${code}) within ${EARLY_EXIT_MS} ms of its start`,
         ),
-        now,
       );
     }
     this.#workers.delete(worker);
@@ -681,6 +735,7 @@ class PoolCore extends ModeCore {
       if (!this.#startWorker()) break;
     }
     this.#failIfStranded();
+    this.#rebalance();
   }
 
   /** `max`, or fewer for a while after a start ran out of descriptors. */
