@@ -326,4 +326,28 @@ describe("the broker and the forwarder", () => {
     );
     assert.equal(trapped, 0);
   });
+
+  test("refuses a connection past 256 open at once", async () => {
+    await using net = await start(
+      [`localhost:${echoPort}`],
+      () => [{ address: "127.0.0.1", family: 4 }],
+    );
+    const sockets: Socket[] = [];
+    try {
+      // Each names no target yet: the broker holds it (10 s at most).
+      for (let i = 0; i < 258; i++) {
+        const socket = connect({ path: net.broker.socket });
+        socket.on("error", () => {});
+        sockets.push(socket);
+      }
+      await until(
+        () =>
+          events.some((e) => /more than 256 connections/.test(e.refused ?? "")),
+        10_000,
+        "the refusal past the limit",
+      );
+    } finally {
+      for (const socket of sockets) socket.destroy();
+    }
+  });
 });

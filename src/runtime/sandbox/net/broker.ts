@@ -180,6 +180,8 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
   let closed = false;
   let server: Listener | undefined;
   const open = new Set<Stream>();
+  /** Connections from the sandbox being served (each may have an upstream in `open`). */
+  let clients = 0;
 
   let readyResolve!: () => void;
   let readyReject!: (error: Error) => void;
@@ -222,7 +224,7 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
         error: undefined,
       });
     };
-    if (open.size > MAX_NET_CONNECTIONS) {
+    if (clients > MAX_NET_CONNECTIONS) {
       return refuse(
         "",
         undefined,
@@ -332,7 +334,9 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
       return;
     }
     open.add(client);
+    clients++;
     serve(client).catch(() => {}).finally(() => {
+      clients--;
       client.close();
       open.delete(client);
     });
