@@ -13,6 +13,7 @@
 
 import { WorkerStartError } from "../errors.ts";
 import {
+  dirname,
   isAbsolute,
   isDeepStrictEqual,
   join,
@@ -20,6 +21,7 @@ import {
   readFileSync,
   relative,
   rmSync,
+  statSync,
   tmpdir,
 } from "../runtime/node_builtins.ts";
 import { detect } from "../runtime/detect.ts";
@@ -277,6 +279,52 @@ function permissionsOf(
   return permissions;
 }
 
+/**
+ * Read and write grants on what the calls' string arguments name, as the
+ * worker resolves them against `cwd`: an existing directory itself, else
+ * the directory a file is in or will be created in (with the siblings a
+ * database makes beside it). Only paths whose directory exists.
+ */
+function dataGrants(
+  calls: LearnOptions["calls"],
+  cwd: string,
+): Entry[] {
+  const found: Entry[] = [];
+  const add = (permission: string, value: string) => {
+    if (!found.some((e) => e.permission === permission && e.value === value)) {
+      found.push({ permission, value });
+    }
+  };
+  for (const [, ...args] of calls) {
+    for (const arg of args) {
+      if (typeof arg !== "string" || arg === "" || arg.includes("\0")) continue;
+      if (
+        !arg.startsWith("/") && !arg.startsWith("./") && !arg.startsWith("../")
+      ) {
+        continue;
+      }
+      const absolute = isAbsolute(arg) ? arg : join(cwd, arg);
+      let dir: string | undefined;
+      try {
+        dir = statSync(absolute).isDirectory() ? absolute : dirname(absolute);
+      } catch {
+        try {
+          if (statSync(dirname(absolute)).isDirectory()) {
+            dir = dirname(absolute);
+          }
+        } catch {
+          // Nowhere to grant.
+        }
+      }
+      if (dir === undefined || codePath(dir) || dir === "/") continue;
+      const scope = shorten(dir, cwd);
+      add("read", scope === "./" ? "." : scope);
+      add("write", scope === "./" ? "." : scope);
+    }
+  }
+  return found;
+}
+
 /** The first grant a failure's hints name, in it or its causes. */
 function hintedGrant(error: unknown): ReturnType<typeof grantInHint> {
   let current: unknown = error;
@@ -442,6 +490,7 @@ export async function learnPermissions(
 
   // Step 2: what the sandbox refuses, until the calls pass.
   const refused: Entry[] = [];
+  let guessed = false;
   for (;;) {
     const failure = await attempt(entries);
     if (failure === undefined) break;
@@ -458,6 +507,23 @@ export async function learnPermissions(
       grant === undefined || known ||
       (grant.value === true && all.has(grant.kind))
     ) {
+      // Native code that names nothing ("unable to open database: 14",
+      // "Cannot open file …: Permission denied"): the data the calls name
+      // (their string arguments that are paths here), once; step 3 keeps
+      // only what is needed.
+      const guesses = guessed ? [] : dataGrants(options.calls, cwd).filter(
+        (g) =>
+          !entries.some((e) =>
+            e.permission === g.permission && e.value === g.value
+          ),
+      );
+      guessed = true;
+      if (guesses.length > 0) {
+        entries.push(...guesses);
+        refused.push(...guesses);
+        if (runs >= maxRuns) throw outOfRuns(failure);
+        continue;
+      }
       if (failure instanceof Error) {
         failure.message +=
           ` (learnPermissions: no grant names this failure; learned so far: ${

@@ -100,6 +100,26 @@ describe("learnPermissions()", needsWorkers("deno"), () => {
     resolvePermissions(learned.permissions, dir);
   });
 
+  test(
+    "learnPermissions() grants the directory its calls name when a failure names nothing",
+    needsWorkers("bun"),
+    async () => {
+      const data = join(dir, "opaque");
+      mkdirSync(data, { recursive: true });
+      // On Bun: no audit to see the write first, as for native code.
+      const learned = await learnPermissions(
+        fixture("opaque_learn_worker.ts"),
+        {
+          calls: [["save", "./opaque"]],
+          cwd: dir,
+          runtime: "bun",
+        },
+      );
+      assert.deepEqual(learned.permissions.write, ["./opaque"]);
+      assert.ok(learned.refused.some((a) => a.value === "./opaque"));
+    },
+  );
+
   testOn(
     "deno",
     "learnPermissions() from a parent with the README's minimum flags finds what lmdb's native code needs",
