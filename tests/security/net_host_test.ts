@@ -13,10 +13,14 @@ import assert from "node:assert/strict";
 import { createSocket, type Socket as UdpSocket } from "node:dgram";
 import dc from "node:diagnostics_channel";
 import { createServer, type Server } from "node:net";
+import { readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
 import {
   DIAGNOSTICS_CHANNELS,
   type NetConnectionEvent,
+  oneShot,
   PermissionError,
+  pool,
   session,
 } from "../../mod.ts";
 import type netWorker from "../fixtures/security/net_worker.ts";
@@ -181,6 +185,52 @@ describe("net host:port grants", needs("postgres"), () => {
         one: 1,
       }]);
       assert.deepEqual(seen, { otherPort: 0, otherAddress: 0, udp: 0 });
+    });
+
+    test("a recycling pool and a oneShot with a spare reach the server, and leave no broker behind", async () => {
+      const brokers = () =>
+        readdirSync(tmpdir()).filter((name) => name.startsWith("airlock-net-"))
+          .length;
+      const before = brokers();
+      const permissions = { net: [`127.0.0.1:${config().port}`] };
+      {
+        await using p = pool<typeof netWorker>(worker, {
+          ...captureLog(),
+          runtime: RUNTIME,
+          max: 2,
+          maxTasksPerWorker: 3,
+          permissions,
+        });
+        const rows = await Promise.all(
+          Array.from(
+            { length: 8 },
+            (_, i) => p.query(config(), `select ${i} as n`),
+          ),
+        );
+        assert.deepEqual(
+          rows.map((r) => r[0]),
+          [0, 1, 2, 3, 4, 5, 6, 7].map((n) => ({ n })),
+        );
+        assert.ok(p.stats().recycled > 0);
+      }
+      const once = oneShot<typeof netWorker>(worker, {
+        ...captureLog(),
+        runtime: RUNTIME,
+        spares: 1,
+        permissions,
+      });
+      for (let i = 0; i < 2; i++) {
+        assert.deepEqual(await once.query(config(), "select 1 as one"), [{
+          one: 1,
+        }]);
+      }
+      await once.close();
+      // Each broker goes with its worker.
+      await until(
+        () => brokers() <= before,
+        10_000,
+        "the brokers' directories",
+      );
     });
 
     test("a grant of a port below 1024 leaves the worker no capability", async () => {
