@@ -72,6 +72,7 @@ describe("defineWorker()", () => {
         signal: new AbortController().signal,
         op: "add",
         id: 1,
+        pid: 1,
         progress() {},
       },
       1,
