@@ -46,6 +46,7 @@ export type AddressClass =
   | "public"
   | "loopback"
   | "link-local"
+  | "metadata"
   | "private"
   | "unspecified"
   | "multicast"
@@ -223,9 +224,13 @@ export function netLayout(
 /**
  * The class of an IP address (IPv4, or IPv6 without brackets; an
  * IPv4-mapped IPv6 address is classed as its IPv4 address). The broker
- * connects a granted name only to a `"public"` address; every other class
- * only when the scope names the address literally (or `localhost`, for
- * loopback).
+ * connects a granted name only to a `"public"` or `"private"` address;
+ * every other class only when the scope names the address literally (or
+ * `localhost`, for loopback). `"metadata"` is a cloud platform's metadata
+ * or host endpoint outside link-local, which a worker's DNS answer must not
+ * reach through a granted name: AWS's IPv6 `fd00:ec2::254`, Alibaba
+ * Cloud's `100.100.100.200` and Azure's `168.63.129.16` (the link-local
+ * `169.254.169.254` of every cloud is `"link-local"`).
  *
  * @param address The address.
  * @returns Its class; `"reserved"` for anything not parseable.
@@ -237,6 +242,7 @@ export function netLayout(
  *
  * assert.equal(addressClass("169.254.169.254"), "link-local");
  * assert.equal(addressClass("10.0.0.5"), "private");
+ * assert.equal(addressClass("fd00:ec2::254"), "metadata");
  * assert.equal(addressClass("::ffff:127.0.0.1"), "loopback");
  * assert.equal(addressClass("93.184.215.14"), "public");
  * ```
@@ -257,6 +263,10 @@ export function addressClass(address: string): AddressClass {
       return w7 === 1 ? "loopback" : w7 === 0 ? "unspecified" : "reserved";
     }
   }
+  if (
+    w0 === 0xfd00 && w1 === 0x0ec2 && w2 === 0 && w3 === 0 && w4 === 0 &&
+    w5 === 0 && w6 === 0 && w7 === 0x254
+  ) return "metadata"; // AWS's instance metadata over IPv6
   if (w0 === 0x64 && w1 === 0xff9b) {
     // NAT64 (64:ff9b::/96): the IPv4 address it stands for.
     return ipv4Class([w6 >> 8, w6 & 255, w7 >> 8, w7 & 255]);
@@ -275,8 +285,12 @@ export function addressClass(address: string): AddressClass {
 }
 
 function ipv4Class(bytes: readonly number[]): AddressClass {
-  const [a = 0, b = 0, c = 0] = bytes;
+  const [a = 0, b = 0, c = 0, d = 0] = bytes;
   if (a === 127) return "loopback";
+  // Cloud metadata and host endpoints outside link-local: Alibaba Cloud's
+  // instance metadata, Azure's WireServer.
+  if (a === 100 && b === 100 && c === 100 && d === 200) return "metadata";
+  if (a === 168 && b === 63 && c === 129 && d === 16) return "metadata";
   if (a === 0) return "unspecified";
   if (a === 169 && b === 254) return "link-local";
   if (a === 10) return "private";
