@@ -19,6 +19,11 @@ import { prefetchHostFacts } from "../runtime/sandbox/facts.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import type { NetBroker } from "../runtime/sandbox/net/broker.ts";
 import {
+  acquirePidNamespace,
+  bindPidNamespace,
+  type PidNamespaceLease,
+} from "../runtime/sandbox/pid_namespace.ts";
+import {
   type CallRecord,
   type Connection,
   type ConnectionEvents,
@@ -200,6 +205,18 @@ async function forwarderReady(
 }
 
 /**
+ * The pid namespace the worker's command joins, acquired (its holder
+ * started when there is none), or `undefined` when it joins none.
+ */
+function joinedPidNamespace(
+  command: WorkerCommand,
+  adapter: RuntimeAdapter,
+): Promise<PidNamespaceLease | undefined> {
+  if (command.pidNamespace === undefined) return Promise.resolve(undefined);
+  return acquirePidNamespace(adapter, command.pidNamespace, command.module);
+}
+
+/**
  * The start behind `launchWorker` (_launch.ts, which documents it).
  *
  * @param options The resolved options.
@@ -253,14 +270,31 @@ export async function startWorker(
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
-    const command = first ?? buildWorkerCommand(options, adapter);
+    const built = first ?? buildWorkerCommand(options, adapter);
     first = undefined;
+    let lease: PidNamespaceLease | undefined;
+    try {
+      lease = await joinedPidNamespace(built, adapter);
+    } catch (error: unknown) {
+      built.limits?.release();
+      built.network?.close();
+      lastError = error;
+      continue;
+    }
+    const command = lease === undefined ? built : {
+      ...built,
+      spawn: {
+        ...built.spawn,
+        argv: bindPidNamespace(built.spawn.argv, lease.holderPid),
+      },
+    };
     const network = command.network;
     if (network !== undefined) {
       try {
         await network.listening;
       } catch (error: unknown) {
         network.close();
+        lease?.release();
         throw new WorkerStartError({
           module: options.label,
           failure: "spawn",
@@ -281,6 +315,10 @@ export async function startWorker(
       events: routed,
       grants: { permissions: options.permissions, cwd: options.cwd },
     });
+    if (lease !== undefined) {
+      const held = lease;
+      conn.closed.then(() => held.release(), () => held.release());
+    }
     if (startFault(options, conn)) {
       conn.kill("its start was made to fail by the test kit (failNextStart)");
     }

@@ -11,6 +11,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import process from "node:process";
 import { assertNoWorkers, liveWorkers } from "../../testing.ts";
 import "./deno_dir.ts";
+import { pidNamespaceHolders } from "../../src/runtime/sandbox/pid_namespace.ts";
 
 /**
  * Whether a process is alive (and not a zombie).
@@ -35,13 +36,16 @@ export function isAlive(pid: number): boolean {
  */
 export function liveChildren(): { pid: number; cmdline: string }[] {
   const own = process.pid;
+  // The holder of the pid namespace sandboxed workers share is no worker:
+  // it ends a second after the last one (checkNoLeaks() waits for it).
+  const holders = new Set(pidNamespaceHolders());
   const found: { pid: number; cmdline: string }[] = [];
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(fields[1]) !== own) continue;
+      if (Number(fields[1]) !== own || holders.has(Number(entry))) continue;
       if (fields[0] === "Z" || fields[0] === "X") continue;
       const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8")
         .split("\0").join(" ").slice(0, 200);
@@ -69,12 +73,14 @@ export function checkNoLeaks(): void {
     const end = Date.now() + 3_000;
     let left = liveChildren();
     while (
-      (left.length > 0 || liveWorkers().length > 0) && Date.now() < end
+      (left.length > 0 || liveWorkers().length > 0 ||
+        pidNamespaceHolders().length > 0) && Date.now() < end
     ) {
       await new Promise((resolve) => setTimeout(resolve, 25));
       left = liveChildren();
     }
-    for (const child of left) {
+    const holders = pidNamespaceHolders();
+    for (const child of [...left, ...holders.map((pid) => ({ pid }))]) {
       try {
         process.kill(child.pid, "SIGKILL");
       } catch {
@@ -85,6 +91,11 @@ export function checkNoLeaks(): void {
       left,
       [],
       "processes outlived the tests that spawned them",
+    );
+    assert.deepEqual(
+      holders,
+      [],
+      "the pid namespace holder outlived the workers in its namespace",
     );
     assertNoWorkers();
   };

@@ -515,6 +515,131 @@ describe("sandboxPlan()", () => {
     }
   });
 
+  test("sandboxPlan() shares the parent's pid namespace only under bubblewrap with Landlock's signal scoping and no grant into /proc", () => {
+    const rows: [
+      string,
+      ReturnType<typeof resolvePermissions>,
+      HostFacts,
+      boolean | undefined,
+      "own" | "shared" | undefined,
+    ][] = [
+      ["nothing granted", nothing, both, undefined, "shared"],
+      ["a read grant", readOnly, both, undefined, "shared"],
+      [
+        "ffi and run",
+        resolvePermissions({ ffi: true, run: ["git"] }, "/app"),
+        both,
+        undefined,
+        "shared",
+      ],
+      [
+        "a path beside /proc",
+        resolvePermissions({ read: ["/procfs"] }, "/"),
+        both,
+        undefined,
+        "shared",
+      ],
+      [
+        "ABI 7",
+        readOnly,
+        { ...linux, confineStep: step(7) },
+        undefined,
+        "shared",
+      ],
+      ["the warm-up start", readOnly, both, false, "own"],
+      [
+        "ABI 5: no signal scoping",
+        readOnly,
+        { ...linux, confineStep: step(5) },
+        undefined,
+        "own",
+      ],
+      [
+        "no Landlock: seccomp step",
+        readOnly,
+        bwrapSeccompStep,
+        undefined,
+        "own",
+      ],
+      [
+        "no step: bubblewrap's seccomp",
+        readOnly,
+        { ...linux, confineStep: step(6, false) },
+        undefined,
+        "own",
+      ],
+      [
+        "read: true",
+        resolvePermissions({ read: true }, "/"),
+        both,
+        undefined,
+        "own",
+      ],
+      [
+        "read of /",
+        resolvePermissions({ read: ["/"] }, "/"),
+        both,
+        undefined,
+        "own",
+      ],
+      [
+        "read of /proc",
+        resolvePermissions({ read: ["/proc"] }, "/"),
+        both,
+        undefined,
+        "own",
+      ],
+      [
+        "read inside /proc",
+        resolvePermissions({ read: ["/proc/1234"] }, "/"),
+        both,
+        undefined,
+        "own",
+      ],
+      [
+        "write inside /proc",
+        resolvePermissions({ write: ["/proc/self/fd"] }, "/"),
+        both,
+        undefined,
+        "own",
+      ],
+      [
+        "write: true",
+        resolvePermissions({ write: true }, "/"),
+        both,
+        undefined,
+        "own",
+      ],
+      [
+        "Landlock alone: host pids",
+        readOnly,
+        landlockAlone,
+        undefined,
+        undefined,
+      ],
+      [
+        "a forwarded network (host:port)",
+        resolvePermissions({ net: ["localhost:5432"] }, "/app"),
+        both,
+        undefined,
+        "own",
+      ],
+    ];
+    for (const [what, permissions, facts, sharePids, expected] of rows) {
+      const plan = sandboxPlan({
+        module: "w.ts",
+        local: true,
+        compiledDeno: false,
+        runtime: bun,
+        sandbox: "auto",
+        permissions,
+        ...(sharePids === undefined ? {} : { sharePids }),
+      }, facts);
+      assert.ok(plan.confined, what);
+      assert.equal(plan.pidNamespace, expected, what);
+    }
+  });
+
   test("needsHostFacts() asks for no probe where nothing can be confined here", () => {
     const base: SandboxRequest = {
       module: "w.ts",

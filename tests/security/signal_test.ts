@@ -18,7 +18,7 @@ import { fixture } from "../_helpers/files.ts";
 import { captureLog } from "../_helpers/log.ts";
 import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
-import { needsSandbox } from "../_helpers/tools.ts";
+import { needs, needsSandbox } from "../_helpers/tools.ts";
 
 checkNoLeaks();
 
@@ -67,4 +67,22 @@ describe("signals", needsSandbox(), () => {
     assert.notEqual(await s.signal(pid, SIGKILL), "ok");
     assert.equal(await target.runtime(), RUNTIME, "the target still answers");
   });
+
+  test(
+    "a worker cannot stop or kill its sibling by the pid the sibling has inside the sandbox",
+    needs("landlock"),
+    async () => {
+      // Workers of one parent that share files see distinct pids (issue 23):
+      // under bubblewrap they share one pid namespace, where each is a
+      // different Landlock domain that cannot signal another.
+      await using target = await session<typeof confine>(worker, options());
+      await using s = await session<typeof confine>(worker, options());
+      const inner = await target.ownPid();
+      assert.notEqual(inner, await s.ownPid(), "distinct pids");
+      assert.notEqual(await s.signal(inner, 0), "ok");
+      assert.notEqual(await s.signal(inner, SIGSTOP), "ok");
+      assert.notEqual(await s.signal(inner, SIGKILL), "ok");
+      assert.equal(await target.runtime(), RUNTIME, "the target still answers");
+    },
+  );
 });

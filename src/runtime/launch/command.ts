@@ -58,6 +58,7 @@ import type {
   LaunchStep,
   WorkerCommand,
   WorkerCommandInput,
+  WrappedStep,
   Wrapper,
 } from "./types.ts";
 import type { SandboxBackend } from "../sandbox/types.ts";
@@ -381,6 +382,7 @@ function confinement(
   adapter: RuntimeAdapter,
   inner: InnerCommand,
   codeCacheMode: CodeCacheMode,
+  setpriv: string | undefined,
 ): Wrapper[] {
   const request: SandboxRequest = {
     module: input.label,
@@ -390,6 +392,8 @@ function confinement(
     permissions: input.permissions,
     local: input.launcher.length === 0,
     compiledDeno: inner.compiledDeno,
+    // The warm-up start shares no data with the workers.
+    sharePids: codeCacheMode !== "warm-up",
   };
   const plan = sandboxPlan(
     request,
@@ -423,6 +427,7 @@ function confinement(
     ...(inner.network === undefined ? {} : { network: inner.network }),
     grants,
     programs,
+    setpriv,
   });
   if (wrappers.length === 0) return [];
   const code = inner.codeMounts?.();
@@ -570,22 +575,30 @@ export function buildWorkerCommand(
   // Without a parent-death signal the worker watches its parent itself.
   const parentWatchdog = !local || setpriv === undefined;
   const inner = innerCommand(input, adapter, env, parentWatchdog);
-  const wrappers = confinement(input, adapter, inner, codeCacheMode);
+  const wrappers = confinement(input, adapter, inner, codeCacheMode, setpriv);
   // Outside the sandbox, inside the parent-death guard: the worker's
   // groups, rlimits and oom_score_adj hold before anything of it runs.
   const limits = limitsLaunch(input, adapter);
   if (limits.wrapper !== undefined) wrappers.push(limits.wrapper);
-  if (setpriv !== undefined) wrappers.push(setprivWrapper(setpriv));
+  // No guard around a worker that dies with the parent by other means
+  // (the shared pid namespace: Wrapper.diesWithParent).
+  if (
+    setpriv !== undefined && !wrappers.some((wrapper) => wrapper.diesWithParent)
+  ) {
+    wrappers.push(setprivWrapper(setpriv));
+  }
   if (!local) wrappers.push(launcherWrapper(input.launcher));
 
   let step: LaunchStep = inner.step;
   const mappers: ExitMapper[] = [];
   let levels = 0;
+  let pidNamespace: WrappedStep["pidNamespace"];
   try {
     for (const wrapper of wrappers) {
       const wrapped = wrapper.wrap(step);
       if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
       levels += wrapped.levels ?? 0;
+      pidNamespace = wrapped.pidNamespace ?? pidNamespace;
       // What the worker must write reaches every outer sandbox.
       step = {
         ...wrapped,
@@ -620,5 +633,8 @@ export function buildWorkerCommand(
       ? { codeCache: inner.codeCache }
       : {}),
     ...(inner.network === undefined ? {} : { network: inner.network }),
+    ...(pidNamespace === undefined
+      ? {}
+      : { pidNamespace: { ...pidNamespace, setpriv } }),
   };
 }

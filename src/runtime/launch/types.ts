@@ -90,6 +90,14 @@ export interface WorkerCommand {
    * the worker is gone. Omitted: none.
    */
   network?: NetBroker;
+  /**
+   * The pid namespace the parent's sandboxed workers share, when the worker
+   * joins it: the programs that make it. The start acquires it
+   * (`acquirePidNamespace`), binds the holder's pid into `spawn.argv`
+   * (`bindPidNamespace`) and releases it once the worker has exited.
+   * Omitted: the worker needs none.
+   */
+  pidNamespace?: { bwrap: string; shell: string; setpriv: string | undefined };
 }
 
 /** One step of a launch: a command line with its environment. */
@@ -137,6 +145,12 @@ export interface WrappedStep extends LaunchStep {
    * forks again: 2). Omitted: 0, the wrapper execs the inner program.
    */
   levels?: number;
+  /**
+   * The programs that make the pid namespace the parent's workers share,
+   * when the wrapper joins it (`sandbox/pid_namespace.ts`): the start
+   * acquires it and binds its holder's pid into the argv. Omitted: none.
+   */
+  pidNamespace?: { bwrap: string; shell: string };
 }
 
 /**
@@ -148,6 +162,16 @@ export interface WrappedStep extends LaunchStep {
 export interface Wrapper {
   /** A short name for diagnostics (`"bwrap"`, `"setpriv"`, `"launcher"`). */
   readonly name: string;
+  /**
+   * Whether what it wraps dies with the parent by other means, so that no
+   * parent-death guard (`setpriv --pdeathsig`) goes around it: bubblewrap
+   * joining the pid namespace the parent's workers share, whose holder dies
+   * with the parent and takes every process in it along. A parent-death
+   * signal on that bubblewrap would orphan the worker to the host's init,
+   * and the namespace's end would wait for that init to reap it (1 to 2 s
+   * here). Omitted: false.
+   */
+  readonly diesWithParent?: boolean;
   /** Wraps the inner step. */
   wrap(inner: LaunchStep): WrappedStep;
 }

@@ -109,6 +109,26 @@ export interface BwrapOptions {
    */
   seccompFd?: string;
   /**
+   * Descriptors (open in bubblewrap) on the user and pid namespaces the
+   * parent's workers share (`pid_namespace.ts`): the worker joins them
+   * (`--userns`, `--pidns`) instead of making its own, and bubblewrap
+   * checks that it cannot make a user namespace (`--assert-userns-disabled`:
+   * the shared one allows none). Omitted: new user and pid namespaces, nested
+   * user namespaces disabled.
+   *
+   * @default {undefined}
+   */
+  joinPidNamespace?: { userFd: string; pidFd: string };
+  /**
+   * Whether bubblewrap dies with its parent and kills the worker when it
+   * dies (`--die-with-parent`). `false` only where the worker dies with the
+   * parent by other means (the shared pid namespace's holder) and with
+   * bubblewrap through a parent-death signal of its own (`setpriv` inside).
+   *
+   * @default {true}
+   */
+  dieWithParent?: boolean;
+  /**
    * Paths that get an empty private tmpfs, mounted after the binds (e.g.
    * Deno's `location_data` inside a writable cache: web storage that must
    * not outlive the process).
@@ -249,6 +269,19 @@ export interface SandboxedArgvOptions {
    * @default {[]}
    */
   programs?: readonly string[];
+  /**
+   * The descriptors of the shared user and pid namespaces to join (see
+   * {@linkcode BwrapOptions} `joinPidNamespace`).
+   *
+   * @default {undefined}
+   */
+  joinPidNamespace?: { userFd: string; pidFd: string };
+  /**
+   * Whether bubblewrap dies with its parent (see {@linkcode BwrapOptions}).
+   *
+   * @default {true}
+   */
+  dieWithParent?: boolean;
 }
 
 /**
@@ -282,6 +315,12 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
       : { seccompFd: options.seccompFd }),
     ...(options.grants === undefined ? {} : { grants: options.grants }),
     programs: options.programs ?? [],
+    ...(options.joinPidNamespace === undefined
+      ? {}
+      : { joinPidNamespace: options.joinPidNamespace }),
+    ...(options.dieWithParent === undefined
+      ? {}
+      : { dieWithParent: options.dieWithParent }),
   });
 }
 
@@ -290,7 +329,10 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
  * (with nested user namespaces disabled), pid, IPC, UTS and cgroup namespaces
  * and, unless `net` is granted, a network namespace with only loopback: it
  * can see and signal only its own processes (its pid inside is 2, under
- * bubblewrap's init; the host pid is found by the launch). No capabilities;
+ * bubblewrap's init; the host pid is found by the launch). With
+ * `joinPidNamespace`, it joins the user and pid namespaces its parent's
+ * workers share instead (distinct pids; Landlock keeps them apart). No
+ * capabilities;
  * a new session; killed when its parent dies; an environment of `env` only
  * (bubblewrap adds `PWD`), given through bubblewrap's own environment: spawn
  * it with {@linkcode bwrapEnvironment}`(env)`; only those that act at start
@@ -419,11 +461,21 @@ export function bwrapArgv(options: BwrapOptions): string[] {
 
   const argv = [
     options.bwrap,
-    "--die-with-parent",
+    ...(options.dieWithParent === false ? [] : ["--die-with-parent"]),
     "--new-session",
-    "--unshare-user",
-    ...(options.netLowPorts ? [] : ["--disable-userns"]),
-    "--unshare-pid",
+    ...(options.joinPidNamespace === undefined
+      ? [
+        "--unshare-user",
+        ...(options.netLowPorts ? [] : ["--disable-userns"]),
+        "--unshare-pid",
+      ]
+      : [
+        "--userns",
+        options.joinPidNamespace.userFd,
+        "--pidns",
+        options.joinPidNamespace.pidFd,
+        "--assert-userns-disabled",
+      ]),
     "--unshare-ipc",
     "--unshare-uts",
     "--unshare-cgroup-try",

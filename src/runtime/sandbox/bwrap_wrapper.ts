@@ -10,6 +10,7 @@ import type { ResolvedPermissions } from "../permissions.ts";
 import { exitThroughWrapper } from "../launch/exit.ts";
 import type { LaunchStep, Wrapper } from "../launch/types.ts";
 import { bwrapEnvironment, type BwrapGrants, sandboxedArgv } from "./bwrap.ts";
+import { PID_NAMESPACE_FD, USER_NAMESPACE_FD } from "./pid_namespace.ts";
 
 /** Options of {@linkcode bwrapWrapper}. */
 export interface BwrapWrapperOptions {
@@ -54,6 +55,18 @@ export interface BwrapWrapperOptions {
    * @default {[]}
    */
   programs?: readonly string[];
+  /**
+   * Join the pid namespace the parent's workers share (`pid_namespace.ts`)
+   * from the descriptors `pidNamespaceWrapper()` opens around bubblewrap;
+   * omitted: a pid namespace of the worker's own. `dieWithParent: false`
+   * where the inner step has a parent-death signal of its own (setpriv
+   * inside): bubblewrap then outlives the parent until the holder's end has
+   * killed the worker, and reaps it (an orphan would wait for the host's
+   * init, and the namespace's end with it).
+   *
+   * @default {undefined}
+   */
+  sharedPidNamespace?: { dieWithParent: boolean };
 }
 
 /** The descriptor bubblewrap reads the seccomp filter from. */
@@ -72,6 +85,11 @@ const SECCOMP_FD = "3";
 export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
   return {
     name: "bwrap",
+    // In the shared pid namespace, the holder's end kills the worker (see
+    // Wrapper.diesWithParent); bubblewrap outside it then reaps the worker.
+    ...(options.sharedPidNamespace === undefined
+      ? {}
+      : { diesWithParent: true }),
     wrap(inner: LaunchStep) {
       const argv = sandboxedArgv({
         bwrap: options.bwrap,
@@ -88,6 +106,15 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
         ...(options.netLowPorts ? { netLowPorts: true } : {}),
         ...(options.grants ? { grants: options.grants } : {}),
         programs: options.programs ?? [],
+        ...(options.sharedPidNamespace
+          ? {
+            joinPidNamespace: {
+              userFd: USER_NAMESPACE_FD,
+              pidFd: PID_NAMESPACE_FD,
+            },
+            dieWithParent: options.sharedPidNamespace.dieWithParent,
+          }
+          : {}),
       });
       const seccomp = options.seccomp;
       if (seccomp !== undefined) {
@@ -100,14 +127,15 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
           seccomp.file,
         );
       }
+      const shared = options.sharedPidNamespace;
       return {
         argv,
         env: bwrapEnvironment(inner.env),
         readOnly: [options.bwrap],
         mapExit: exitThroughWrapper,
-        // bubblewrap forks its init (pid 1 of the new pid namespace), which
-        // forks the worker.
-        levels: 2,
+        // bubblewrap forks the worker; in a pid namespace of its own,
+        // bubblewrap forks its init (pid 1), which forks the worker.
+        levels: shared === undefined ? 2 : 1,
       };
     },
   };

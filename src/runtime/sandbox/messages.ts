@@ -154,4 +154,6 @@ export const SANDBOX_MESSAGES = {
     } needs the confine step inside bubblewrap to start its network forwarder, and it cannot run here (a compiled program has no runtime to run it, or this kernel has neither Landlock nor seccomp); grant net: true for the whole network, ${NET_WEAKER}`,
   netBroker: (detail: string): string =>
     `cannot start the network broker: ${detail}`,
+  pidNamespaceShell: (detail: string): string =>
+    `cannot join the pid namespace the parent's workers share: ${detail}`,
 } as const;

@@ -14,6 +14,7 @@ import { PermissionError } from "../../errors.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { ConfineRunner, ConfineSupport } from "./confine_command.ts";
 import { landlockGaps } from "./landlock.ts";
+import { covers } from "./paths.ts";
 import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
 import type { SandboxBackend, SandboxMode } from "./types.ts";
 import { forwardedNet } from "./net/sandbox_net.ts";
@@ -37,6 +38,14 @@ export interface SandboxRequest {
   local: boolean;
   /** Whether the worker is a `deno compile`d program (self-exec), for the message. */
   compiledDeno: boolean;
+  /**
+   * Whether the worker may join the pid namespace its parent's other
+   * workers share (see {@linkcode sharesPidNamespace}): `false` for the code
+   * cache's warm-up start, which shares no data with them.
+   *
+   * @default {true}
+   */
+  sharePids?: boolean;
 }
 
 /**
@@ -113,6 +122,13 @@ export type SandboxPlan =
      * `enforce: "best-effort"`.
      */
     readonly net: NetLayout | undefined;
+    /**
+     * Under bubblewrap, whether the worker has a pid namespace of its own
+     * (it is pid 2 there) or joins the one its parent's other workers share
+     * (distinct pids: see {@linkcode sharesPidNamespace}); `undefined`
+     * without bubblewrap (the worker keeps its host pid).
+     */
+    readonly pidNamespace: "own" | "shared" | undefined;
   };
 
 /** What the confine step can do for these permissions. */
@@ -374,6 +390,7 @@ export function sandboxPlan(
     bwrap,
     step,
     netHold(request, bwrap !== undefined, step !== undefined),
+    request.sharePids === false ? undefined : permissions,
   );
 }
 
@@ -415,11 +432,56 @@ function netHold(
   });
 }
 
+/**
+ * Whether a worker under bubblewrap joins the pid namespace its parent's
+ * other sandboxed workers share, so that workers that open the same files
+ * see distinct pids (LMDB takes its reader lock at byte offset = pid in
+ * the lock file; every worker in a namespace of its own is pid 2). Only
+ * where sharing it shows a worker nothing of its siblings: the confine
+ * step applies Landlock with signal scoping (ABI 6), so the worker cannot
+ * signal a process outside its own domain (every sibling is a domain of its
+ * own), cannot trace one (Landlock's ptrace rule, and the seccomp filter),
+ * and reads no `/proc/<pid>` but its own (its path rules); and no read or
+ * write grant reaches into `/proc` (it would open the siblings' entries).
+ * Otherwise the worker gets a pid namespace of its own, as before.
+ *
+ * @param permissions The worker's resolved permissions.
+ * @param step The confine step the plan runs inside bubblewrap, if any.
+ * @returns Whether it shares the namespace.
+ *
+ * @example
+ * ```ts
+ * import { resolvePermissions } from "../permissions.ts";
+ * import { sharesPidNamespace } from "./plan.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const step = {
+ *   runner: { runtime: "bun" as const, binary: "/usr/bin/bun" },
+ *   stepEnv: {},
+ *   support: { landlockAbi: 6, seccomp: true },
+ * };
+ * assert.equal(sharesPidNamespace(resolvePermissions({ read: ["/data"] }, "/"), step), true);
+ * assert.equal(sharesPidNamespace(resolvePermissions({ read: true }, "/"), step), false);
+ * assert.equal(sharesPidNamespace(resolvePermissions({}, "/"), undefined), false);
+ * ```
+ */
+export function sharesPidNamespace(
+  permissions: ResolvedPermissions,
+  step: PlannedStep | undefined,
+): boolean {
+  if (step === undefined || step.support.landlockAbi < 6) return false;
+  const reachesProc = (scopes: ResolvedPermissions["read"]): boolean =>
+    scopes === true ||
+    scopes.some((path) => covers(path, "/proc") || covers("/proc", path));
+  return !reachesProc(permissions.read) && !reachesProc(permissions.write);
+}
+
 function confinedBy(
   reason: string,
   bwrap: string | undefined,
   step: PlannedStep | undefined,
   net: NetLayout | undefined,
+  sharing?: ResolvedPermissions,
 ): SandboxPlan {
   const backends: SandboxBackend[] = [];
   if (bwrap !== undefined) backends.push("bwrap");
@@ -434,5 +496,13 @@ function confinedBy(
     step,
     seccomp: step === undefined ? "bwrap" : "step",
     net,
+    pidNamespace: bwrap === undefined
+      ? undefined
+      // A forwarded network keeps a namespace of its own: its forwarder
+      // runs beside the worker, outside the worker's Landlock domain.
+      : sharing !== undefined && net === undefined &&
+          sharesPidNamespace(sharing, step)
+      ? "shared"
+      : "own",
   };
 }

@@ -12,6 +12,8 @@ import { PermissionError } from "../../errors.ts";
 import { process } from "../node_builtins.ts";
 import { isExecutableFile } from "../launch/executable.ts";
 import type { Wrapper } from "../launch/types.ts";
+import { setprivWrapper } from "../launch/wrappers.ts";
+import { pidNamespaceWrapper } from "./pid_namespace.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import { bwrapWrapper } from "./bwrap_wrapper.ts";
 import { bindFdsWrapper, landlockWrapper } from "./confine_wrapper.ts";
@@ -62,6 +64,14 @@ export interface SandboxWrappersOptions {
    * @default {undefined}
    */
   network?: NetBroker;
+  /**
+   * `setpriv` (the parent-death guard), when there is one: in the shared pid
+   * namespace it runs inside bubblewrap, so that the worker dies with
+   * bubblewrap while bubblewrap outlives the parent long enough to reap it.
+   *
+   * @default {undefined}
+   */
+  setpriv?: string | undefined;
 }
 
 /**
@@ -107,6 +117,13 @@ export function sandboxWrappers(
       ...(plan.net === undefined ? {} : { forwarder: plan.net }),
     }));
   }
+  // A grant bound from a descriptor (one a worker may swap) keeps a pid
+  // namespace of its own: bubblewrap started by the bind-fds step cannot
+  // join the shared one (its setns of the user namespace fails).
+  const shared = plan.pidNamespace === "shared" && grants.raceable.size === 0;
+  if (shared && options.setpriv !== undefined) {
+    wrappers.push(setprivWrapper(options.setpriv));
+  }
   if (plan.bwrap !== undefined) {
     wrappers.push(bwrapWrapper({
       bwrap: plan.bwrap,
@@ -122,6 +139,11 @@ export function sandboxWrappers(
         : {}),
       grants: { sources: grants.sources, throughFd: grants.raceable },
       programs: options.programs.mounts,
+      ...(shared
+        ? {
+          sharedPidNamespace: { dieWithParent: options.setpriv === undefined },
+        }
+        : {}),
     }));
     // A grant a worker may swap is bound from a descriptor the confine
     // step opens, on the host, without following links.
@@ -138,12 +160,39 @@ export function sandboxWrappers(
         stepEnv: plan.step.stepEnv,
       }));
     }
+    // Outermost: descriptors 4 and 5 are taken before the bind-fds step
+    // opens any.
+    if (shared) {
+      wrappers.push(pidNamespaceWrapper({
+        bwrap: plan.bwrap,
+        shell: pidNamespaceShell(options),
+      }));
+    }
   }
   return wrappers;
 }
 
-/** The shell that opens the seccomp filter for bubblewrap. */
+/** The shell that opens the seccomp filter (or the shared namespaces) for bubblewrap. */
 const SHELL = "/bin/sh";
+
+/**
+ * The shell that opens the shared pid namespace's descriptors for
+ * bubblewrap (see `pid_namespace.ts`).
+ *
+ * @throws {PermissionError} when it is missing.
+ */
+function pidNamespaceShell(options: SandboxWrappersOptions): string {
+  const fail = (detail: string): never => {
+    throw new PermissionError(SAYS.pidNamespaceShell(detail), {
+      module: options.module,
+      permission: "sandbox",
+    });
+  };
+  if (!isExecutableFile(SHELL, (detail) => fail(detail))) {
+    return fail(SAYS.bwrapSeccompShell(SHELL));
+  }
+  return SHELL;
+}
 
 /**
  * The seccomp filter bubblewrap installs when no confine step does (see

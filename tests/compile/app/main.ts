@@ -19,7 +19,7 @@ const s = await session<typeof probe>(
   },
 );
 try {
-  // The pid airlock reports: the worker's own process.pid is 2 inside the
+  // The pid airlock reports: the worker's own process.pid is its pid inside the
   // sandbox's pid namespace.
   const worker = { ...await s.info(), pid: s.pid };
   const refused = await s.readText(outside).then(
