@@ -116,8 +116,11 @@ export interface Permissions {
    * the path-based calls (`chmod`, `chown`, `utimes`, `setxattr`), but a
    * worker can still change, through a descriptor (`fchmod`), a file it may
    * read and owns (as root: every root-owned file it may read), and the
-   * start fails with a `PermissionError` instead. `"best-effort"` accepts
-   * that hold.
+   * start fails with a `PermissionError` instead. It also refuses a worker
+   * run as root (the parent's effective uid is 0): bubblewrap binds the
+   * host's `/dev/null` and its other device nodes writable, and `/proc`'s
+   * entries are the host's, which root may `fchmod`. `"best-effort"`
+   * accepts those holds.
    *
    * @default {"best-effort"}
    */

@@ -14,6 +14,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { chmodSync, mkdirSync, statSync, writeFileSync } from "node:fs";
+import process from "node:process";
 import { PermissionError, session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
 import { fixture, scratchDir } from "../_helpers/files.ts";
@@ -28,6 +29,8 @@ checkNoLeaks();
 
 const worker = fixture("security/eval_worker.ts");
 const SKIP = sandboxSkip();
+/** Whether the tests (and so their workers) run as root. */
+const ROOT = process.geteuid?.() === 0;
 
 /** chmod, chown, utimes and setxattr on `arg`, natively (the FFI). */
 const CHANGE = `${NATIVE_PRELUDE}
@@ -119,7 +122,7 @@ describe("metadata outside the grants", { skip: SKIP }, () => {
         ...(RUNTIME === "deno" ? { ffi: true } : {}),
       },
     });
-    if (!hasTool("bwrap")) {
+    if (!hasTool("bwrap") || ROOT) {
       const error = await start.then(() => undefined, (e: unknown) => e);
       assert.ok(error instanceof PermissionError, String(error));
       assert.equal(error.permission, "sandbox");
@@ -134,5 +137,42 @@ describe("metadata outside the grants", { skip: SKIP }, () => {
     );
     assert.notDeepEqual(outcome, { ok: true, value: "changed" });
     assert.equal(statSync(readable).mode & 0o777, 0o600);
+  });
+
+  // Red team: bubblewrap binds the host's /dev/null, /dev/zero, /dev/full,
+  // /dev/random, /dev/urandom and /dev/tty writable, and /proc's entries
+  // are the host's: a worker run as root, granted nothing, changed their
+  // mode, owner and times through a descriptor (fchmod /dev/null 0 breaks
+  // the whole host) with "strict" accepted. Strict now refuses a root
+  // worker; run by an ordinary user the device nodes are root's.
+  test(`permissions.metadata "strict" refuses a ${RUNTIME} worker run as root (the host's /dev/null is writable in bubblewrap)`, async () => {
+    const start = session<typeof evaluate>(worker, {
+      ...captureLog(),
+      runtime: RUNTIME,
+      permissions: {
+        metadata: "strict",
+        ...(RUNTIME === "deno" ? { ffi: true } : {}),
+      },
+    });
+    if (ROOT || !hasTool("bwrap")) {
+      const error = await start.then(() => undefined, (e: unknown) => e);
+      assert.ok(error instanceof PermissionError, String(error));
+      assert.equal(error.permission, "sandbox");
+      assert.match(
+        error.message,
+        ROOT && hasTool("bwrap") ? /run as root/ : /without bubblewrap/,
+      );
+      return;
+    }
+    await using s = await start;
+    const before = statSync("/dev/null");
+    // The same mode: a no-op if it were allowed, refused (EPERM) here.
+    const outcome = await s.run(
+      `const fd = fs.openSync("/dev/null", "r"); try { fs.fchmodSync(fd, ${
+        before.mode & 0o7777
+      }); return "changed"; } finally { fs.closeSync(fd); }`,
+      "",
+    );
+    assert.notDeepEqual(outcome, { ok: true, value: "changed" });
   });
 });

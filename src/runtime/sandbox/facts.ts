@@ -407,6 +407,7 @@ export function hostFacts(
   const parentEnv = adapter.environment();
   return {
     platform: process.platform,
+    ...(input.permissions.metadata === "strict" ? { root: runsAsRoot() } : {}),
     bwrap,
     confineStep: confineStepFact(
       runner,
@@ -466,5 +467,19 @@ export async function prefetchHostFacts(
       if (!(error instanceof ProbeNeeded)) return;
       await error.run();
     }
+  }
+}
+
+/**
+ * Whether this process (and so its workers) runs as root: its effective
+ * uid is 0, or it cannot be told (then as root: a check that cannot be made
+ * refuses, never passes).
+ */
+function runsAsRoot(): boolean {
+  try {
+    const geteuid = (process as { geteuid?: () => number }).geteuid;
+    return geteuid === undefined || geteuid() === 0;
+  } catch {
+    return true;
   }
 }

@@ -131,6 +131,8 @@ export const SANDBOX_MESSAGES = {
     }; grant the real path instead`,
   metadataNeedsBwrap: (why: string): string =>
     `permissions.metadata "strict" cannot be enforced here: without bubblewrap (${why}) the sandbox is Landlock alone, where a worker can still change the metadata of a file it may read and owns through a descriptor (fchmod); make bubblewrap usable, or accept that hold with permissions.metadata "best-effort"`,
+  metadataAsRoot: (): string =>
+    `permissions.metadata "strict" cannot be enforced for a worker run as root (the parent's effective uid is 0, or cannot be read): bubblewrap binds the host's /dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom and /dev/tty writable and /proc's entries are the host's, so the worker could change their mode, owner or times (fchmod on a descriptor) for the whole host; run the parent as an ordinary user, or accept that hold with permissions.metadata "best-effort"`,
   grantMissing: (kind: string, path: string, planted: string): string =>
     `permissions.${kind} "${path}" does not exist, and it lies inside "${planted}", where a worker may write and could make it a link; create it before the worker starts`,
   grantNeedsStep: (path: string, reason: string): string =>

@@ -82,6 +82,16 @@ export interface HostFacts {
   bwrap: BwrapFact;
   /** The confine step; `undefined` when not looked at (not Linux, or nothing to confine). */
   confineStep: ConfineStepFact | undefined;
+  /**
+   * Whether the worker runs as root (the parent's effective uid is 0, or
+   * cannot be told): bubblewrap then binds the host's device nodes
+   * (`/dev/null` …) writable, and `/proc`'s entries are the host's, so
+   * such a worker changes their mode, owner and times through a
+   * descriptor. Looked at only for `permissions.metadata: "strict"`.
+   *
+   * @default {false}
+   */
+  root?: boolean;
 }
 
 /** The confine step as a plan names it: how to run it, and what it installs. */
@@ -384,6 +394,9 @@ export function sandboxPlan(
       ),
       "sandbox",
     );
+  }
+  if (permissions.metadata === "strict" && facts.root === true) {
+    return refuse(SAYS.metadataAsRoot(), "sandbox");
   }
   return confinedBy(
     reason,
