@@ -57,6 +57,19 @@ const CHUNK_BYTES = 64 * 1024;
 const QUEUED_CHUNKS = 8;
 
 /**
+ * How many bytes all the `node:net` sockets of this process may hold read
+ * ahead of their readers together: past it each pauses after every chunk.
+ * Bun hands over chunks of up to about 700 KiB, so eight per stalled
+ * connection let a worker that stops reading hold about 5.7 MiB of the
+ * parent per connection (690 MiB for 120); one total keeps the read-ahead
+ * (the relay's throughput) for ordinary traffic and bounds a flood.
+ */
+const QUEUED_TOTAL_BYTES = 64 * 1024 * 1024;
+
+/** The bytes queued ahead of their readers, over every socket of this process. */
+let queuedTotal = 0;
+
+/**
  * Copies `from` to `to` until `from` ends, then half-closes `to`; counts
  * the bytes. Rejects on an error of either.
  *
@@ -220,6 +233,7 @@ function denoIo(deno: DenoNet): NetIo {
 /** A `node:net` socket as a {@linkcode Stream}: paused while nobody reads. */
 function nodeStream(socket: Net.Socket): Stream {
   const chunks: Uint8Array[] = [];
+  let queued = 0;
   let ended = false;
   let failure: Error | undefined;
   let wake: (() => void) | undefined;
@@ -230,8 +244,13 @@ function nodeStream(socket: Net.Socket): Stream {
   };
   socket.on("data", (chunk: Uint8Array) => {
     chunks.push(chunk);
-    // Bounded: at most QUEUED_CHUNKS chunks wait for the reader.
-    if (chunks.length >= QUEUED_CHUNKS) socket.pause();
+    queued += chunk.byteLength;
+    queuedTotal += chunk.byteLength;
+    // Bounded: at most QUEUED_CHUNKS chunks wait for the reader, and one
+    // once the process holds QUEUED_TOTAL_BYTES ahead of its readers.
+    if (chunks.length >= QUEUED_CHUNKS || queuedTotal >= QUEUED_TOTAL_BYTES) {
+      socket.pause();
+    }
     notify();
   });
   socket.on("end", () => {
@@ -251,7 +270,11 @@ function nodeStream(socket: Net.Socket): Stream {
     async read() {
       while (true) {
         const chunk = chunks.shift();
-        if (chunk !== undefined) return chunk;
+        if (chunk !== undefined) {
+          queued -= chunk.byteLength;
+          queuedTotal -= chunk.byteLength;
+          return chunk;
+        }
         if (failure !== undefined) throw failure;
         if (ended) return null;
         const waiting = new Promise<void>((resolve) => (wake = resolve));
@@ -281,6 +304,10 @@ function nodeStream(socket: Net.Socket): Stream {
     },
     close() {
       socket.destroy();
+      // What nobody will read leaves the process's total.
+      queuedTotal -= queued;
+      queued = 0;
+      chunks.length = 0;
     },
   };
 }
