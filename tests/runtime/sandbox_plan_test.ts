@@ -418,9 +418,17 @@ const cases: Case[] = [
     expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432",
   },
   {
+    // A step without Landlock cannot keep the worker off its forwarder,
+    // which runs outside the worker's seccomp filter (red team).
     request: { runtime: deno, sandbox: "auto", permissions: db },
     facts: bwrapSeccompStep,
-    expect: "confined:bwrap+seccomp:step+net:db.internal:5432",
+    expect: "error:net",
+    says: [/needs Landlock in the confine step/, /best-effort/],
+  },
+  {
+    request: { runtime: deno, sandbox: "auto", permissions: dbBestEffort },
+    facts: bwrapSeccompStep,
+    expect: "confined:bwrap+seccomp:step",
   },
   {
     request: { runtime: bun, sandbox: "auto", permissions: wholeNet },

@@ -154,6 +154,10 @@ export const SANDBOX_MESSAGES = {
     `permissions.net ${
       JSON.stringify(scopes)
     } needs the confine step inside bubblewrap to start its network forwarder, and it cannot run here (a compiled program has no runtime to run it, or this kernel has neither Landlock nor seccomp); grant net: true for the whole network, ${NET_WEAKER}`,
+  netNeedsLandlock: (scopes: readonly string[]): string =>
+    `permissions.net ${
+      JSON.stringify(scopes)
+    } needs Landlock in the confine step: its network forwarder runs outside the worker's seccomp filter, and without Landlock's ptrace and signal scoping the worker could take the forwarder over (this kernel has seccomp but no usable Landlock); run on Linux 6.7 or newer with Landlock enabled, grant net: true for the whole network, ${NET_WEAKER}`,
   netBroker: (detail: string): string =>
     `cannot start the network broker: ${detail}`,
   pidNamespaceShell: (detail: string): string =>

@@ -402,14 +402,22 @@ export function sandboxPlan(
     reason,
     bwrap,
     step,
-    netHold(request, bwrap !== undefined, step !== undefined),
+    netHold(
+      request,
+      bwrap !== undefined,
+      step !== undefined,
+      step !== undefined && landlock?.usable === true,
+    ),
     request.sharePids === false ? undefined : permissions,
   );
 }
 
 /**
  * How a confined worker's `host:port` grants are held: forwarded where
- * bubblewrap and the confine step both run (each granted target, and
+ * bubblewrap and the confine step both run and the step applies Landlock
+ * (the forwarder runs outside the worker's seccomp filter, so only
+ * Landlock's ptrace and signal scoping keep the worker from taking it
+ * over through `/proc/<pid>/mem`) (each granted target, and
  * nothing else, for every process of the worker); elsewhere a strict
  * worker is refused (Landlock alone holds TCP by port on any host; a scope
  * without a port, a wildcard or an address outside loopback cannot be
@@ -423,11 +431,14 @@ function netHold(
   request: SandboxRequest,
   bwrap: boolean,
   step: boolean,
+  landlock: boolean,
 ): NetLayout | undefined {
   const wanted = forwardedNet(request.permissions);
   if (wanted === undefined) return undefined;
   if (request.permissions.enforce === "best-effort") {
-    return bwrap && step && !("problem" in wanted) ? wanted : undefined;
+    return bwrap && step && landlock && !("problem" in wanted)
+      ? wanted
+      : undefined;
   }
   const net = request.permissions.net;
   const scopes = net === true ? [] : net;
@@ -437,6 +448,8 @@ function netHold(
     ? SAYS.netScope(wanted.problem)
     : !step
     ? SAYS.netNeedsStep(scopes)
+    : !landlock
+    ? SAYS.netNeedsLandlock(scopes)
     : undefined;
   if (detail === undefined) return wanted as NetLayout;
   throw new PermissionError(detail, {
