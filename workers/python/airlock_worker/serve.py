@@ -209,7 +209,9 @@ class Server:
                 if len(self.waiting) > self.idle and self.threads < self.limit:
                     self.threads += 1
                     threading.Thread(target=self.work, name=f"airlock-call-{self.threads}", daemon=True).start()
-                self.lock.notify()
+                # notify_all: streams waiting for credit wait on this lock too,
+                # and a single notify could wake one of them, not the idle thread.
+                self.lock.notify_all()
         if refused:
             self.fail(
                 call.id,
