@@ -13,6 +13,10 @@ import { resolveWorkerOptions } from "../../src/parent/_resolve_options.ts";
 import type { WorkerOptions } from "../../src/parent/options.ts";
 import { detect } from "../../src/runtime/detect.ts";
 import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
+import {
+  acquirePidNamespace,
+  bindPidNamespace,
+} from "../../src/runtime/sandbox/pid_namespace.ts";
 
 /** An empty module Deno loads without any read permission. */
 const EMPTY_DENO_MAIN = "data:application/javascript,";
@@ -25,6 +29,8 @@ export interface BareCommand {
   env: Record<string, string>;
   /** The wrappers around the runtime, outermost first. */
   wrappers: readonly string[];
+  /** Ends the use of the shared pid namespace the command joins, if any. */
+  release(): void;
 }
 
 /**
@@ -75,17 +81,29 @@ export function withoutLimitsStep(argv: readonly string[]): string[] {
  *   project, which the sandbox mounts).
  * @returns The bare command.
  */
-export function wrappedBareCommand(
+export async function wrappedBareCommand(
   module: URL,
   options: WorkerOptions,
   empty: string,
-): BareCommand {
+): Promise<BareCommand> {
   const adapter = detect();
   const command = buildWorkerCommand(
     resolveWorkerOptions(module, options, adapter),
     adapter,
   );
-  const argv = [...command.spawn.argv];
+  // A command that joins the parent's shared pid namespace holds a slot for
+  // its holder's pid, bound as the real start binds it.
+  const lease = command.pidNamespace === undefined
+    ? undefined
+    : await acquirePidNamespace(
+      adapter,
+      command.pidNamespace,
+      command.module,
+    );
+  const release = (): void => lease?.release();
+  const argv = lease === undefined
+    ? [...command.spawn.argv]
+    : bindPidNamespace(command.spawn.argv, lease.holderPid);
   // The confine step execs the runtime from a JSON spec after it.
   const confine = argv.findIndex((arg) => arg.endsWith("/workers/confine.ts"));
   if (confine >= 0) {
@@ -98,11 +116,13 @@ export function wrappedBareCommand(
       argv,
       env: { ...command.spawn.env },
       wrappers: command.wrappers,
+      release,
     };
   }
   return {
     argv: bareRuntime(argv, empty),
     env: { ...command.spawn.env },
     wrappers: command.wrappers,
+    release,
   };
 }

@@ -532,7 +532,7 @@ async function start(config: DriverConfig): Promise<unknown> {
   // The target's baseline: the same runtime started bare under the same
   // wrappers (setpriv, the OS sandbox) as the worker; the unwrapped bare
   // start is reported beside it.
-  const wrapped = wrappedBareCommand(
+  const wrapped = await wrappedBareCommand(
     workerUrl,
     options,
     scriptPath("empty.ts"),
@@ -582,6 +582,7 @@ async function start(config: DriverConfig): Promise<unknown> {
     }
   }
   await runner.close();
+  wrapped.release();
   return {
     oneShotMs: median(one),
     bareMs: median(bareWrapped),
