@@ -177,6 +177,29 @@ describe("cgroup v2 backend (against a tree in a temporary directory)", () => {
   });
 });
 
+describe("cgroup v1 backend (against a tree in a temporary directory)", () => {
+  test("cgroupV1() removes a worker's groups when one hierarchy releases the killed process later than the other", () => {
+    const memory = dir.join("v1-memory");
+    const pids = dir.join("v1-pids");
+    mkdirSync(memory);
+    mkdirSync(pids);
+    const fs = treeFs();
+    const backend = cgroupV1({ memory, pids }, treeContext(fs));
+    const group = backend.create({ memoryBytes: 2 ** 27, processes: 16 });
+    const [memoryProcs = "", pidsProcs = ""] = group.join;
+    assert.ok(memoryProcs.startsWith(memory) && pidsProcs.startsWith(pids));
+    // The killed worker is gone from pids at once; memory holds it until
+    // it is reaped, as the kernel does.
+    writeFileSync(memoryProcs, "31\n");
+    assert.equal(group.remove(), false);
+    assert.equal(existsSync(pidsProcs), false);
+    writeFileSync(memoryProcs, "");
+    assert.equal(group.remove(), true);
+    assert.equal(existsSync(memoryProcs), false);
+    assert.equal(group.remove(), true);
+  });
+});
+
 describe("cgroup places", () => {
   test("cgroupPlaces() maps a hybrid host's groups through their mounts (a bind of a subtree too)", () => {
     const mountinfo = [

@@ -174,17 +174,20 @@ export function cgroupV1(
       made.push(group);
       return group;
     };
+    // One hierarchy can release a killed process before the other (pids
+    // before memory, which holds it until it is reaped): a group removed by
+    // an earlier call stays removed, so a later call can still succeed.
     const removeMade = (): boolean => {
-      let gone = true;
-      for (const group of made) {
+      for (const group of [...made]) {
         killAll(context, `${group}/cgroup.procs`);
         try {
           fs.rmdir(group);
-        } catch {
-          gone = false;
+        } catch (error: unknown) {
+          if ((error as { code?: unknown }).code !== "ENOENT") continue;
         }
+        made.splice(made.indexOf(group), 1);
       }
-      return gone;
+      return made.length === 0;
     };
     let memoryGroup: string | undefined;
     let pidsGroup: string | undefined;
