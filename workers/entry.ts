@@ -7,6 +7,7 @@
  * @module
  */
 
+import { installChmodFallback } from "../src/worker/chmod_fallback.ts";
 import { installStdoutGuard } from "../src/worker/stdout_guard.ts";
 import { detect } from "../src/runtime/detect.ts";
 import { runWorker, type RunWorkerOptions } from "../src/worker/main.ts";
@@ -30,6 +31,9 @@ export function runEntry(
   options: RunWorkerOptions = {},
 ): Promise<never> {
   installStdoutGuard();
+  installChmodFallback(
+    (globalThis as { Deno?: Parameters<typeof installChmodFallback>[0] }).Deno,
+  );
   return runWorker(detect(), load, label, options);
 }
 

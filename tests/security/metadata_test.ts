@@ -13,7 +13,13 @@
 // pass) with Landlock alone.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { chmodSync, mkdirSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import process from "node:process";
 import { PermissionError, session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
@@ -106,6 +112,56 @@ describe("metadata outside the grants", { skip: SKIP }, () => {
     );
     assert.deepEqual(await s.run(CHANGE_OWN, own), { ok: true, value: 0o640 });
     assert.equal(statSync(own).mtimeMs, 2000);
+  });
+
+  // Deno's node:fs chmods a file by path after appending to it; with the
+  // path forms refused where Landlock is alone, every Deno worker appending
+  // to a log failed with EPERM (the whole suite's second CI pass). The
+  // worker's entry retries such a chmod through a descriptor opened for
+  // writing, which Landlock checks: its write grants only.
+  test(`a ${RUNTIME} worker appends with node:fs and chmods by path in its write grant, never outside it`, async () => {
+    using dir = scratchDir("metadata-append");
+    mkdirSync(dir.join("own"));
+    mkdirSync(dir.join("read"));
+    const own = dir.join("own", "log.txt");
+    const created = dir.join("own", "new.txt");
+    const readable = dir.join("read", "r.txt");
+    for (const file of [own, readable]) {
+      writeFileSync(file, "start\n");
+      chmodSync(file, 0o600);
+    }
+    await using s = await session<typeof evaluate>(worker, {
+      ...captureLog(),
+      runtime: RUNTIME,
+      permissions: { read: [dir.path], write: [dir.join("own")] },
+    });
+    const outcome = await s.run(
+      `fs.appendFileSync(arg.own, "more\\n");
+fs.appendFileSync(arg.created, "new\\n");
+fs.chmodSync(arg.own, 0o640);
+const refused = (f) => { try { f(); return "changed"; } catch (e) { return e.code ?? e.name; } };
+return {
+  own: fs.statSync(arg.own).mode & 0o777,
+  created: fs.readFileSync(arg.created, "utf8"),
+  readable: refused(() => fs.chmodSync(arg.readable, 0o666)),
+};`,
+      { own, created, readable },
+    );
+    assert.deepEqual(outcome, {
+      ok: true,
+      value: {
+        own: 0o640,
+        created: "new\n",
+        // Deno's own flags refuse it first; then the OS sandbox.
+        readable: RUNTIME === "deno"
+          ? "NotCapable"
+          : hasTool("bwrap")
+          ? "EROFS"
+          : "EPERM",
+      },
+    });
+    assert.equal(readFileSync(own, "utf8"), "start\nmore\n");
+    assert.equal(statSync(readable).mode & 0o777, 0o600);
   });
 
   test(`permissions.metadata "strict" starts a ${RUNTIME} worker only where every metadata change outside the write grants is refused (bubblewrap)`, async () => {

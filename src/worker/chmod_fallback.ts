@@ -1,0 +1,124 @@
+/**
+ * Lets a worker change the mode of a file it may write where Landlock is
+ * the only sandbox backend. There the seccomp filter refuses every
+ * path-based chmod, because Landlock does not check metadata calls; but
+ * Deno's `node:fs` sets a file's mode by path (`appendFileSync` chmods the
+ * file to 0666 after every write), and user code calls `chmod` by path. A
+ * chmod refused with EPERM is tried again as `fchmod` on a descriptor
+ * opened for writing: Landlock checks that open, so the retry succeeds
+ * exactly where the worker may write, and the first error stands
+ * everywhere else.
+ *
+ * Installed before any user code loads: on Deno around `Deno.chmodSync`
+ * and `Deno.chmod` (which its `node:fs` calls), on Bun around `node:fs`'s
+ * `chmodSync`, `chmod` and `promises.chmod`. Confinement does not depend on
+ * it: a worker that removes it only loses the retry.
+ *
+ * @module
+ */
+
+import type * as Fs from "node:fs";
+
+type Mode = number | string;
+type ChmodSync = (path: string | URL, mode: Mode) => void;
+type Chmod = (path: string | URL, mode: Mode) => Promise<void>;
+
+interface DenoChmod {
+  chmodSync: ChmodSync;
+  chmod: Chmod;
+}
+
+/** `node:fs`, loaded the first time a retry needs it. */
+function nodeFs(): typeof Fs {
+  return (globalThis as unknown as {
+    process: { getBuiltinModule(id: "node:fs"): typeof Fs };
+  }).process.getBuiltinModule("node:fs");
+}
+
+function refusedByOs(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === "EPERM";
+}
+
+/**
+ * Sets the mode of the regular file at `path` through a descriptor opened
+ * for writing; `false` where that cannot be done (not a regular file, or
+ * not open for writing here), without side effects beyond an open.
+ */
+function chmodThroughDescriptor(path: string | URL, mode: Mode): boolean {
+  const fs = nodeFs();
+  try {
+    // Opening a FIFO or a device can block or act; only a regular file is
+    // opened, and the descriptor is checked again after the open.
+    if (!fs.statSync(path).isFile()) return false;
+    const { O_WRONLY, O_NONBLOCK, O_NOCTTY } = fs.constants;
+    const fd = fs.openSync(path, O_WRONLY | O_NONBLOCK | O_NOCTTY);
+    try {
+      if (!fs.fstatSync(fd).isFile()) return false;
+      fs.fchmodSync(fd, mode);
+      return true;
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Wraps a synchronous and a promise chmod of `target` so that a call
+ * refused with EPERM is retried through a descriptor opened for writing.
+ */
+function wrapChmod(
+  target: { chmodSync: ChmodSync },
+  promises: { chmod: Chmod },
+): void {
+  const chmodSync = target.chmodSync.bind(target);
+  const chmod = promises.chmod.bind(promises);
+  target.chmodSync = (path, mode) => {
+    try {
+      chmodSync(path, mode);
+    } catch (error: unknown) {
+      if (!refusedByOs(error) || !chmodThroughDescriptor(path, mode)) {
+        throw error;
+      }
+    }
+  };
+  promises.chmod = async (path, mode) => {
+    try {
+      await chmod(path, mode);
+    } catch (error: unknown) {
+      if (!refusedByOs(error) || !chmodThroughDescriptor(path, mode)) {
+        throw error;
+      }
+    }
+  };
+}
+
+/**
+ * Installs the retry: around `Deno.chmodSync` and `Deno.chmod` where
+ * `deno` is given, else around `node:fs`'s chmod functions (Bun).
+ *
+ * @param deno The `Deno` namespace (`globalThis.Deno`), on Deno.
+ */
+export function installChmodFallback(deno?: DenoChmod): void {
+  if (deno !== undefined) {
+    wrapChmod(deno, deno);
+    return;
+  }
+  const fs = nodeFs();
+  const chmod = fs.chmod.bind(fs);
+  wrapChmod(fs, fs.promises);
+  (fs as { chmod: unknown }).chmod = (
+    path: string | URL,
+    mode: Mode,
+    callback: (error: Error | null) => void,
+  ) =>
+    chmod(path, mode, (error) => {
+      callback(
+        error !== null && refusedByOs(error) &&
+          chmodThroughDescriptor(path, mode)
+          ? null
+          : error,
+      );
+    });
+}
