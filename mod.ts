@@ -19,6 +19,11 @@
  * console.log(await s.query("hello", 3));
  * ```
  *
+ * Two more entry points hold what most programs never name:
+ * `@airlock/airlock/diagnostics` (the diagnostics channels, their events and
+ * the parts of `stats()`) and `@airlock/airlock/types` (the types behind the
+ * typed proxy and the options).
+ *
  * @module
  */
 
@@ -47,69 +52,27 @@ export {
   type PoolStats,
   type PoolWorkerStats,
 } from "./src/parent/pool.ts";
-export {
-  type PathsOption,
-  type StateOptions,
-  type StateScope,
-  stateScope,
-} from "./src/parent/state_scope.ts";
-export type {
-  CallMetricsStats,
-  CallStats,
-  RecycleCounts,
-  StatsOptions,
-  TimingSummary,
-} from "./src/parent/stats.ts";
-export {
-  type CallRetryEvent,
-  type CallTimeoutEvent,
-  type CallTraceContext,
-  DIAGNOSTICS_CHANNELS,
-  type NetConnectionEvent,
-  type RecycleCause,
-  type WorkerExitEvent,
-  type WorkerMode,
-  type WorkerRecycleEvent,
-  type WorkerStartEvent,
-} from "./src/parent/_events.ts";
 export { type OneShot, oneShot } from "./src/parent/one_shot.ts";
 export type {
-  CallKey,
   CallOptions,
   CloseOptions,
-  LogSource,
   OneShotOptions,
   PoolOptions,
-  RuntimeOption,
-  SandboxOption,
   SessionOptions,
   SetupCall,
   WorkerOptions,
 } from "./src/parent/options.ts";
 export type {
-  LimitKey,
-  LimitMechanism,
-  LimitMechanisms,
-  LimitsEnforce,
-  LimitsOption,
-} from "./src/runtime/sandbox/limits/types.ts";
-export type {
-  ArgsOf,
-  CallOf,
-  HandlersOf,
-  ItemOf,
-  OpOf,
-  ResultOf,
-  StreamCall,
-  WorkerApi,
-  WorkerCall,
-  WorkerStream,
-} from "./src/parent/proxy.ts";
-export type {
   Permissions,
   PermissionsOption,
 } from "./src/runtime/permissions.ts";
-export type { SandboxBackend } from "./src/runtime/sandbox/types.ts";
+export type { LimitsOption } from "./src/runtime/sandbox/limits/types.ts";
+export {
+  type StateOptions,
+  type StateScope,
+  stateScope,
+} from "./src/parent/state_scope.ts";
+export type { WorkerApi, WorkerStream } from "./src/parent/proxy.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";
 
 // A program that started itself as a worker (a compiled executable, or

@@ -305,8 +305,8 @@ await step("5. Crash containment: a worker that dies hard", async () => {
     check(s.pid !== pid, "the next call runs on a new process");
   }
   const stats = s.stats();
-  say(`stats: crashes ${stats.crashes}, restarts ${stats.restarts}`);
-  check(stats.crashes === 2, "two crashes counted");
+  say(`stats: crashed ${stats.crashed}, restarts ${stats.restarts}`);
+  check(stats.crashed === 2, "two crashes counted");
 });
 
 await step(

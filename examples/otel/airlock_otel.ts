@@ -21,7 +21,7 @@ import {
   type CallTraceContext,
   DIAGNOSTICS_CHANNELS,
   type WorkerExitEvent,
-} from "../../mod.ts";
+} from "../../diagnostics.ts";
 
 /**
  * Makes a span of every airlock call, child of the span active where the

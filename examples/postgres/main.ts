@@ -22,8 +22,8 @@ import process from "node:process";
 import {
   DIAGNOSTICS_CHANNELS,
   type NetConnectionEvent,
-  session,
-} from "../../mod.ts";
+} from "../../diagnostics.ts";
+import { session } from "../../mod.ts";
 import type pgWorker from "./pg_worker.ts";
 
 function check(condition: boolean, claim: string): void {

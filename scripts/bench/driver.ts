@@ -14,7 +14,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tracingChannel } from "node:diagnostics_channel";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DIAGNOSTICS_CHANNELS, oneShot, pool, session } from "../../mod.ts";
+import { oneShot, pool, session } from "../../mod.ts";
+import { DIAGNOSTICS_CHANNELS } from "../../diagnostics.ts";
 import {
   traceAttempt,
   traceEnd,

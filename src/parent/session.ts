@@ -56,20 +56,8 @@ export interface SessionStats extends CallStats, CallMetricsStats {
   pid: number | undefined;
   /** Its resident memory (OS figure) in bytes, when it can be read. */
   rssBytes: number | undefined;
-  /**
-   * Same as `failed`.
-   *
-   * @deprecated Use `failed`, the name pools use too.
-   */
-  failures: number;
   /** Workers started after the first (restarts, crash recovery, replacements). */
   restarts: number;
-  /**
-   * Same as `crashed`.
-   *
-   * @deprecated Use `crashed`, the name pools use too.
-   */
-  crashes: number;
   /** Milliseconds the current worker has been running (0 when none). */
   uptimeMs: number;
   /** Calls written to the worker and not yet answered. */
@@ -343,9 +331,7 @@ class SessionCore extends ModeCore implements ConnectionEvents {
       pid: conn?.pid,
       rssBytes: conn?.rssBytes(),
       ...counters,
-      failures: counters.failed,
       restarts: this.#restarts,
-      crashes: counters.crashed,
       uptimeMs: conn ? Date.now() - conn.startedAt : 0,
       inFlight: conn?.inFlight ?? 0,
       queued: this.queue.length,

@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { LogSource } from "../../mod.ts";
+import type { LogSource } from "../../types.ts";
 import "./deno_dir.ts";
 
 /** A log sink that keeps lines instead of printing them. */

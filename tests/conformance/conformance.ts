@@ -64,7 +64,8 @@ import {
   WorkerCrashedError,
   WorkerTimeoutError,
 } from "../../mod.ts";
-import type { LogSource, PermissionsOption } from "../../mod.ts";
+import type { PermissionsOption } from "../../mod.ts";
+import type { LogSource } from "../../types.ts";
 import { FrameReader } from "../../src/protocol/frame.ts";
 import {
   decodeMessage,

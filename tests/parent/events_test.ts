@@ -7,20 +7,22 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import dc from "node:diagnostics_channel";
 import {
-  type CallRetryEvent,
-  type CallTimeoutEvent,
-  type CallTraceContext,
-  DIAGNOSTICS_CHANNELS,
   oneShot,
   pool,
   session,
   SessionClosedError,
   WorkerCrashedError,
+  WorkerTimeoutError,
+} from "../../mod.ts";
+import {
+  type CallRetryEvent,
+  type CallTimeoutEvent,
+  type CallTraceContext,
+  DIAGNOSTICS_CHANNELS,
   type WorkerExitEvent,
   type WorkerRecycleEvent,
   type WorkerStartEvent,
-  WorkerTimeoutError,
-} from "../../mod.ts";
+} from "../../diagnostics.ts";
 import type traced from "../fixtures/trace_worker.ts";
 import {
   findPython,

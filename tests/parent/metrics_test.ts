@@ -3,7 +3,8 @@
 // stats({ reset: true }) for periodic export.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { pool, session, type TimingSummary } from "../../mod.ts";
+import { pool, session } from "../../mod.ts";
+import type { TimingSummary } from "../../diagnostics.ts";
 import { CallMetrics, Histogram } from "../../src/parent/_metrics.ts";
 import type behaviour from "../fixtures/behaviour_worker.ts";
 import { fixture } from "../_helpers/files.ts";

@@ -206,7 +206,6 @@ describe("session() crashes", needsWorkers(), () => {
     assert.equal(await s.add(1, 2), 3);
     assert.notEqual(s.pid, before);
     assert.equal(s.stats().crashed, 1);
-    assert.equal(s.stats().crashes, 1, "the deprecated alias still counts");
     assert.equal(s.stats().restarts, 1);
   });
 

@@ -15,14 +15,11 @@ import dc from "node:diagnostics_channel";
 import { createServer, type Server } from "node:net";
 import { readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { oneShot, PermissionError, pool, session } from "../../mod.ts";
 import {
   DIAGNOSTICS_CHANNELS,
   type NetConnectionEvent,
-  oneShot,
-  PermissionError,
-  pool,
-  session,
-} from "../../mod.ts";
+} from "../../diagnostics.ts";
 import type netWorker from "../fixtures/security/net_worker.ts";
 import { type PostgresServer, startPostgres } from "../_postgres.ts";
 import { fixture } from "../_helpers/files.ts";
