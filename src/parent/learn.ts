@@ -4,8 +4,9 @@
  * (`DENO_AUDIT_PERMISSIONS`, written to the worker's stderr, so the parent
  * needs no write access) gives a first suggestion; (2) runs under the OS
  * sandbox add each grant a refusal's hint names (native code's accesses
- * too, which the audit cannot see) until the calls pass; (3) each entry is
- * removed in turn and kept only if the calls then fail. Never for
+ * too, which the audit cannot see), after the reads Deno refused that a
+ * library fell back to, until the calls pass; (3) each entry is removed in
+ * turn, the widest first, and kept only if the calls then fail. Never for
  * production: the audit run is unconfined.
  *
  * @module
@@ -14,6 +15,7 @@
 import { WorkerStartError } from "../errors.ts";
 import {
   dirname,
+  existsSync,
   isAbsolute,
   isDeepStrictEqual,
   join,
@@ -85,9 +87,16 @@ export interface LearnedPermissions {
   permissions: Permissions;
   /** The accesses as Deno recorded them, deduplicated, in order. */
   accesses: readonly LearnedAccess[];
-  /** Grants the sandbox's refusals added to the audit's (step 2). */
+  /**
+   * Grants the sandbox's refusals added to the audit's (step 2): those the
+   * hints named, the reads Deno refused that a library fell back to, and
+   * the data directories of a failure that named nothing.
+   */
   refused: readonly LearnedAccess[];
-  /** Entries of the audit's suggestion the calls passed without (step 3). */
+  /**
+   * Entries the calls passed without (step 3); `value: "true"` for a kind
+   * a refusal had granted wholesale.
+   */
   removed: readonly LearnedAccess[];
   /** How many sandboxed runs it took. */
   runs: number;
@@ -225,6 +234,9 @@ type Entry = { permission: string; value: string };
 
 const PATH_KINDS = new Set(["read", "write", "run", "ffi"]);
 
+/** Kinds step 3 tries to remove first: each reaches beyond one file. */
+const WIDE_KINDS = new Set(["sys", "net", "run"]);
+
 /**
  * Where the audit's `write` entries are not taken: Deno checks write access
  * beside many reads (a plain `readTextFileSync` records both), and a write
@@ -325,6 +337,71 @@ function dataGrants(
   return found;
 }
 
+/**
+ * Whether nothing is at a path (a Deno parent without `-A` may not even
+ * ask about `/proc/self/exe`: then it counts as there).
+ */
+function missing(path: string): boolean {
+  try {
+    return !existsSync(path);
+  } catch {
+    return false;
+  }
+}
+
+function entryKey(entry: Entry): string {
+  return `${entry.permission}\0${entry.value}`;
+}
+
+/** A path the audit recorded, absolute (relative ones are the worker's). */
+function resolveIn(value: string, cwd: string): string {
+  return isAbsolute(value) ? value : join(cwd, value);
+}
+
+/**
+ * The reads a sandboxed run's audit recorded that no entry grants (Deno
+ * refused them) and that were not tried before (`tried`, the unconfined
+ * run's accesses among them): a library's fallback after a refusal it
+ * swallowed. Marks them tried.
+ */
+function fallbackReads(
+  audit: readonly string[],
+  entries: readonly Entry[],
+  tried: Set<string>,
+  cwd: string,
+): Entry[] {
+  const granted = entries.filter((e) => e.permission === "read").map((e) =>
+    resolveIn(e.value, cwd)
+  );
+  const found: Entry[] = [];
+  for (
+    const access of permissionsFromAudit(audit.join("\n"), cwd, []).accesses
+  ) {
+    if (access.permission !== "read") continue;
+    const path = resolveIn(access.value, cwd);
+    const key = `read\0${path}`;
+    if (tried.has(key)) continue;
+    tried.add(key);
+    if (/^\/proc\/(?:self|thread-self)(?:\/|$)/.test(path)) continue;
+    if (granted.some((g) => path === g || path.startsWith(`${g}/`))) continue;
+    const value = packageDir(shorten(path, cwd));
+    if (!found.some((e) => e.value === value)) {
+      found.push({ permission: "read", value });
+    }
+  }
+  return found;
+}
+
+/** Whether two failures are one: the same grant named, or the same text. */
+function sameFailure(a: unknown, b: unknown): boolean {
+  const [ga, gb] = [hintedGrant(a), hintedGrant(b)];
+  if (ga !== undefined || gb !== undefined) {
+    return ga?.kind === gb?.kind && ga?.value === gb?.value;
+  }
+  return String((a as { message?: unknown })?.message) ===
+    String((b as { message?: unknown })?.message);
+}
+
 /** The first grant a failure's hints name, in it or its causes. */
 function hintedGrant(error: unknown): ReturnType<typeof grantInHint> {
   let current: unknown = error;
@@ -405,6 +482,8 @@ export async function learnPermissions(
   // Step 1: Deno's audit, on the worker's stderr (no file to write).
   let accesses: readonly LearnedAccess[] = [];
   let entries: Entry[] = [];
+  // Entries every access of which was to a path that does not exist.
+  const missingOnly = new Set<string>();
   if (runtime === "deno") {
     // A Deno parent gives the worker's stderr a pipe, which Deno can open
     // by name: no file, so the parent needs no write access. A Bun
@@ -451,17 +530,43 @@ export async function learnPermissions(
     const found = permissionsFromAudit(audit.join("\n"), cwd, []);
     accesses = found.accesses;
     entries = entriesOf(found.permissions);
+    const present = new Set<string>();
+    for (const { permission, value } of accesses) {
+      if (!PATH_KINDS.has(permission)) continue;
+      const key = entryKey({
+        permission,
+        value: packageDir(isAbsolute(value) ? shorten(value, cwd) : value),
+      });
+      if (missing(resolveIn(value, cwd))) missingOnly.add(key);
+      else present.add(key);
+    }
+    for (const key of present) missingOnly.delete(key);
   }
 
   let runs = 0;
   const all = new Set<string>();
+  // The sandboxed runs of a Deno worker keep the audit on (a Deno parent's
+  // pipe, as in step 1): it records the checks Deno refused too, the ones a
+  // library swallows and falls back from (detect-libc reads /usr/bin/ldd
+  // when /proc/self/exe is refused, then lists the interfaces).
+  const confinedAudit = runtime === "deno" && detect().name === "deno";
+  let lastAudit: string[] = [];
   const attempt = async (candidate: readonly Entry[]): Promise<unknown> => {
     runs++;
+    const lines: string[] = [];
+    lastAudit = lines;
     try {
       await using worker = await session(module, {
         ...common,
         permissions: permissionsOf(candidate, all),
-        onStderr: () => {},
+        ...(confinedAudit
+          ? {
+            env: { ...options.env, DENO_AUDIT_PERMISSIONS: "/dev/stderr" },
+            onStderr: (line: string) => {
+              if (line.startsWith('{"v":')) lines.push(line);
+            },
+          }
+          : { onStderr: () => {} }),
       });
       const results = await callAll(worker);
       if (reference === undefined) reference = results;
@@ -488,12 +593,31 @@ export async function learnPermissions(
       cause: why,
     });
 
-  // Step 2: what the sandbox refuses, until the calls pass.
+  // Step 2: what the sandbox refuses, until the calls pass. Before the
+  // grant a refusal names, the reads Deno refused in that run that the
+  // unconfined run never made are tried, once: a library's fallback (the
+  // narrower grant, a file) came before the refusal (the wider one, `sys`
+  // or `net`). They are taken back if the same refusal comes again.
   const refused: Entry[] = [];
+  const tried = new Set<string>(
+    accesses.map((a) => `${a.permission}\0${resolveIn(a.value, cwd)}`),
+  );
   let guessed = false;
-  for (;;) {
-    const failure = await attempt(entries);
-    if (failure === undefined) break;
+  let failure = await attempt(entries);
+  while (failure !== undefined) {
+    const fallbacks = fallbackReads(lastAudit, entries, tried, cwd);
+    if (fallbacks.length > 0) {
+      entries.push(...fallbacks);
+      if (runs >= maxRuns) throw outOfRuns(failure);
+      const next = await attempt(entries);
+      if (next !== undefined && sameFailure(next, failure)) {
+        entries = entries.filter((e) => !fallbacks.includes(e));
+      } else {
+        refused.push(...fallbacks);
+        failure = next;
+        continue;
+      }
+    }
     const grant = hintedGrant(failure);
     const entry = grant &&
       (grant.value === true
@@ -522,6 +646,7 @@ export async function learnPermissions(
         entries.push(...guesses);
         refused.push(...guesses);
         if (runs >= maxRuns) throw outOfRuns(failure);
+        failure = await attempt(entries);
         continue;
       }
       if (failure instanceof Error) {
@@ -538,11 +663,38 @@ export async function learnPermissions(
       refused.push(entry);
     }
     if (runs >= maxRuns) throw outOfRuns(failure);
+    failure = await attempt(entries);
   }
 
-  // Step 3: each entry needed, or removed.
+  // Step 3: each entry needed, or removed. The entries of only missing
+  // paths (a loader's probes for a build that is not there: lmdb's
+  // prebuilds/, build/Release/) go first, together, in one run; one at a
+  // time only if the calls need one of them.
   const removed: Entry[] = [];
-  for (const entry of [...entries]) {
+  const probes = entries.filter((e) => missingOnly.has(entryKey(e)));
+  if (probes.length > 1) {
+    if (runs >= maxRuns) throw outOfRuns(undefined);
+    const without = entries.filter((e) => !probes.includes(e));
+    if (await attempt(without) === undefined) {
+      entries = without;
+      removed.push(...probes);
+    }
+  }
+  // The widest first: a kind granted wholesale, then `sys`, `net` and `run`
+  // scopes, so that where a narrower entry does as well (a file a library
+  // reads instead of asking the system) the narrower one is what stays.
+  for (const kind of KINDS.filter((k) => all.has(k))) {
+    if (runs >= maxRuns) throw outOfRuns(undefined);
+    all.delete(kind);
+    if (await attempt(entries) === undefined) {
+      removed.push({ permission: kind, value: "true" });
+    } else all.add(kind);
+  }
+  const wide = (e: Entry) => WIDE_KINDS.has(e.permission) ? 0 : 1;
+  const rest = entries.filter((e) => !removed.includes(e)).sort((a, b) =>
+    wide(a) - wide(b)
+  );
+  for (const entry of rest) {
     if (runs >= maxRuns) throw outOfRuns(undefined);
     const without = entries.filter((e) => e !== entry);
     if (await attempt(without) === undefined) {
