@@ -41,15 +41,15 @@ function refusedByOs(error: unknown): boolean {
 
 /**
  * Sets the mode of the regular file at `path` through a descriptor opened
- * for writing; `false` where that cannot be done (not a regular file, or
- * not open for writing here), without side effects beyond an open.
+ * for writing; `false` where that cannot be done (not open for writing
+ * here, or not a regular file).
  */
 function chmodThroughDescriptor(path: string | URL, mode: Mode): boolean {
   const fs = nodeFs();
   try {
-    // Opening a FIFO or a device can block or act; only a regular file is
-    // opened, and the descriptor is checked again after the open.
-    if (!fs.statSync(path).isFile()) return false;
+    // No stat by path first: a worker may write where it may not read
+    // (Deno's flags refuse the stat). O_NONBLOCK keeps a FIFO from blocking
+    // the open; what is not a regular file is closed unchanged.
     const { O_WRONLY, O_NONBLOCK, O_NOCTTY } = fs.constants;
     const fd = fs.openSync(path, O_WRONLY | O_NONBLOCK | O_NOCTTY);
     try {

@@ -121,23 +121,28 @@ describe("metadata outside the grants", { skip: SKIP }, () => {
   // writing, which Landlock checks: its write grants only.
   test(`a ${RUNTIME} worker appends with node:fs and chmods by path in its write grant, never outside it`, async () => {
     using dir = scratchDir("metadata-append");
-    mkdirSync(dir.join("own"));
-    mkdirSync(dir.join("read"));
+    for (const sub of ["own", "drop", "read"]) mkdirSync(dir.join(sub));
     const own = dir.join("own", "log.txt");
     const created = dir.join("own", "new.txt");
+    // Written, never read: Deno's flags refuse a stat there.
+    const dropped = dir.join("drop", "log.txt");
     const readable = dir.join("read", "r.txt");
-    for (const file of [own, readable]) {
+    for (const file of [own, dropped, readable]) {
       writeFileSync(file, "start\n");
       chmodSync(file, 0o600);
     }
     await using s = await session<typeof evaluate>(worker, {
       ...captureLog(),
       runtime: RUNTIME,
-      permissions: { read: [dir.path], write: [dir.join("own")] },
+      permissions: {
+        read: [dir.join("own"), dir.join("read")],
+        write: [dir.join("own"), dir.join("drop")],
+      },
     });
     const outcome = await s.run(
       `fs.appendFileSync(arg.own, "more\\n");
 fs.appendFileSync(arg.created, "new\\n");
+fs.appendFileSync(arg.dropped, "more\\n");
 fs.chmodSync(arg.own, 0o640);
 const refused = (f) => { try { f(); return "changed"; } catch (e) { return e.code ?? e.name; } };
 return {
@@ -145,7 +150,7 @@ return {
   created: fs.readFileSync(arg.created, "utf8"),
   readable: refused(() => fs.chmodSync(arg.readable, 0o666)),
 };`,
-      { own, created, readable },
+      { own, created, dropped, readable },
     );
     assert.deepEqual(outcome, {
       ok: true,
@@ -161,6 +166,7 @@ return {
       },
     });
     assert.equal(readFileSync(own, "utf8"), "start\nmore\n");
+    assert.equal(readFileSync(dropped, "utf8"), "start\nmore\n");
     assert.equal(statSync(readable).mode & 0o777, 0o600);
   });
 
