@@ -109,6 +109,7 @@ const UNSEEN: readonly string[] = [
   "accesses on code paths the calls did not take",
   "a refusal that says nothing of what was refused (a bare EPERM from a system call, a library that swallows the error): the learning stops there and names the failing call",
   "siblings a library creates later (SQLite's -wal, -shm and -journal files): grant the directory where one appears",
+  "a write that fails without an error (hnswlib-node's writeIndex) while a file an earlier run left answers the read back: give each run's files new names",
 ];
 
 /** Variables airlock gives a Deno worker itself, never to suggest. */
@@ -250,7 +251,7 @@ function codePath(path: string): boolean {
       .test(path);
 }
 
-function entriesOf(permissions: Permissions): Entry[] {
+function entriesOf(permissions: Permissions, cwd: string): Entry[] {
   const entries: Entry[] = [];
   for (const kind of KINDS) {
     // A variable given in `env` is readable without a grant and one not
@@ -264,13 +265,26 @@ function entriesOf(permissions: Permissions): Entry[] {
       // The worker's own /proc entries are its own (the sandbox shows them);
       // a grant names the parent's, which bubblewrap cannot mount.
       if (/^\/proc\/(?:self|thread-self)(?:\/|$)/.test(value)) continue;
-      const kept = PATH_KINDS.has(kind) ? packageDir(value) : value;
+      const kept = PATH_KINDS.has(kind)
+        ? existingDir(packageDir(value), cwd)
+        : value;
       if (!entries.some((e) => e.permission === kind && e.value === kept)) {
         entries.push({ permission: kind, value: kept });
       }
     }
   }
-  return entries;
+  // A path inside another entry of its kind is granted with it: one entry
+  // fewer to try, and no grant on a file the calls delete again (a grant
+  // on a missing path where a worker may write is refused at start).
+  const inside = (entry: Entry) => {
+    if (!PATH_KINDS.has(entry.permission)) return false;
+    const path = resolveIn(entry.value, cwd);
+    return entries.some((other) =>
+      other !== entry && other.permission === entry.permission &&
+      path.startsWith(`${resolveIn(other.value, cwd)}/`)
+    );
+  };
+  return entries.filter((entry) => !inside(entry));
 }
 
 function permissionsOf(
@@ -347,6 +361,24 @@ function missing(path: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * A path that no longer exists as the directory it was in (a file the
+ * calls made and deleted again: a grant on a missing path is skipped at
+ * start, so what the calls need is the directory); the path itself where
+ * that directory is code or `/` (a loader probing for a missing package).
+ */
+function existingDir(value: string, cwd: string): string {
+  let path = resolveIn(value, cwd);
+  if (!missing(path)) return value;
+  while (missing(path)) {
+    const up = dirname(path);
+    if (up === path) return value;
+    path = up;
+  }
+  if (path === "/" || codePath(path)) return value;
+  return path === cwd ? "." : shorten(path, cwd);
 }
 
 function entryKey(entry: Entry): string {
@@ -529,7 +561,7 @@ export async function learnPermissions(
     }
     const found = permissionsFromAudit(audit.join("\n"), cwd, []);
     accesses = found.accesses;
-    entries = entriesOf(found.permissions);
+    entries = entriesOf(found.permissions, cwd);
     const present = new Set<string>();
     for (const { permission, value } of accesses) {
       if (!PATH_KINDS.has(permission)) continue;
