@@ -73,6 +73,7 @@ export {
   stateScope,
 } from "./src/parent/state_scope.ts";
 export type { WorkerApi, WorkerStream } from "./src/parent/proxy.ts";
+export type { WorkerTransport } from "./src/runtime/launch/transport.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";
 
 // A program that started itself as a worker (a compiled executable, or

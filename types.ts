@@ -2,7 +2,8 @@
  * The types behind airlock's public ones, for code that is generic over
  * worker definitions or builds options piece by piece: how a worker
  * definition maps to the typed proxy (`HandlersOf`, `CallOf`, ...), and the
- * parts of the options (`RuntimeOption`, `SandboxOption`, `CallKey`, ...).
+ * parts of the options (`RuntimeOption`, `SandboxOption`, `CallKey`, a
+ * transport's `TransportProcess`, ...).
  * A program that only starts workers and calls them needs none of them:
  * `@airlock/airlock` has the modes, their options and the errors.
  *
@@ -33,6 +34,11 @@ export type {
   SandboxOption,
 } from "./src/parent/options.ts";
 export type { PathsOption } from "./src/parent/state_scope.ts";
+export type {
+  LauncherOption,
+  TransportProcess,
+  TransportRequest,
+} from "./src/runtime/launch/transport.ts";
 export type {
   LimitKey,
   LimitsEnforce,

@@ -151,13 +151,13 @@ export function diedAtConnect(
  * The sentence naming each launcher's last failure, for the error calls
  * get when every launcher is set aside.
  *
- * @param launchers The launchers (argv prefixes).
+ * @param launchers The launchers (argv prefixes, or transports by name).
  * @param health Their health, by index.
  * @param now The time (ms since the epoch).
  * @returns One clause per launcher, joined by "; ".
  */
 export function describeLaunchers(
-  launchers: readonly (readonly string[])[],
+  launchers: readonly (readonly string[] | { readonly name: string })[],
   health: readonly LauncherHealth[],
   now: number,
 ): string {
@@ -176,8 +176,7 @@ export function describeLaunchers(
     const aside = inService(state, now)
       ? "in service"
       : `set aside for ${Math.ceil((state.asideUntil - now) / 1000)} s more`;
-    return `launcher ${index} (${
-      JSON.stringify(launcher.join(" "))
-    }, ${aside}): ${failure}`;
+    const name = "name" in launcher ? launcher.name : launcher.join(" ");
+    return `launcher ${index} (${JSON.stringify(name)}, ${aside}): ${failure}`;
   }).join("; ");
 }

@@ -80,7 +80,7 @@ export async function workerGone(
 ): Promise<void> {
   await conn.closed;
   // A worker behind a launcher runs elsewhere: its pid means nothing here.
-  if (options.launcher.length > 0) return;
+  if (options.launcher !== undefined) return;
   const until = Date.now() + GONE_LIMIT_MS;
   while (isRunning(conn.pid) && Date.now() < until) {
     await new Promise((resolve) => setTimeout(resolve, GONE_POLL_MS));

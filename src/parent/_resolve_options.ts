@@ -19,6 +19,10 @@ import {
 } from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import { WorkerStartError } from "../errors.ts";
+import type {
+  LauncherOption,
+  WorkerTransport,
+} from "../runtime/launch/transport.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
 import { defaultLogSink } from "./_log_sink.ts";
 import { envNameProblem, resolvePermissions } from "../runtime/permissions.ts";
@@ -334,7 +338,7 @@ export function resolveWorkerOptions(
       1024,
     ),
     command,
-    launcher: stringList("launcher", options.launcher),
+    launcher: resolveLauncher("launcher", options.launcher),
   };
 }
 
@@ -407,12 +411,50 @@ export function resolvePoolOptions<D>(
   };
 }
 
-function resolveLaunchers<D>(options: PoolOptions<D>): string[][] {
+/**
+ * Checks a launcher: an argv prefix (a list of strings; empty: none) or a
+ * transport (`{ name, start }`).
+ *
+ * @param name The option's name, for errors.
+ * @param value Its value.
+ * @returns The launcher, or `undefined` for none.
+ * @throws {TypeError} when it is neither.
+ */
+function resolveLauncher(
+  name: string,
+  value: unknown,
+): LauncherOption | undefined {
+  if (value === undefined || Array.isArray(value)) {
+    const argv = stringList(name, value);
+    return argv.length === 0 ? undefined : argv;
+  }
+  const transport = value as Partial<WorkerTransport> | null;
+  if (
+    typeof transport !== "object" || transport === null ||
+    typeof transport.start !== "function" ||
+    typeof transport.name !== "string"
+  ) {
+    throw new TypeError(
+      invalid(
+        name,
+        "an argv prefix (a list of strings) or a transport ({ name, start })",
+        value,
+      ),
+    );
+  }
+  return transport as WorkerTransport;
+}
+
+function resolveLaunchers<D>(options: PoolOptions<D>): LauncherOption[] {
   const value: unknown = options.launchers;
   if (value === undefined) return [];
   if (!Array.isArray(value)) {
     throw new TypeError(
-      invalid("launchers", "a list of launchers (argv lists)", value),
+      invalid(
+        "launchers",
+        "a list of launchers (argv lists or transports)",
+        value,
+      ),
     );
   }
   if (value.length === 0) {
@@ -424,13 +466,13 @@ function resolveLaunchers<D>(options: PoolOptions<D>): string[][] {
     );
   }
   return value.map((launcher: unknown, index) => {
-    const argv = stringList(`launchers[${index}]`, launcher);
-    if (argv.length === 0) {
+    const resolved = resolveLauncher(`launchers[${index}]`, launcher);
+    if (resolved === undefined) {
       throw new RangeError(
         invalid(`launchers[${index}]`, "a non-empty argv prefix", launcher),
       );
     }
-    return argv;
+    return resolved;
   });
 }
 

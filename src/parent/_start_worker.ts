@@ -11,7 +11,8 @@
  */
 
 import { WorkerStartError, WorkerTimeoutError } from "../errors.ts";
-import type { RuntimeAdapter } from "../runtime/types.ts";
+import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
+import { openTransport } from "../runtime/launch/transport.ts";
 import { buildWorkerCommand } from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
 import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
@@ -288,6 +289,34 @@ export async function startWorker(
         argv: bindPidNamespace(built.spawn.argv, lease.holderPid),
       },
     };
+    const began = Date.now();
+    let child: ChildHandle | undefined;
+    if (command.transport !== undefined) {
+      // A launcher: its transport starts the worker elsewhere.
+      const opened = await openTransport(
+        command.transport,
+        { ...command.spawn, module: command.module },
+        options.startTimeoutMs,
+      );
+      if (!("child" in opened)) {
+        command.limits?.release();
+        command.network?.close();
+        lease?.release();
+        if ("timedOut" in opened) {
+          throw new WorkerTimeoutError({
+            module: options.label,
+            pid: undefined,
+            timeoutMs: options.startTimeoutMs,
+            elapsedMs: Date.now() - began,
+            phase: "start",
+          });
+        }
+        if (!opened.retry) throw opened.error;
+        lastError = opened.error;
+        continue;
+      }
+      child = opened.child;
+    }
     const network = command.network;
     if (network !== undefined) {
       try {
@@ -314,6 +343,7 @@ export async function startWorker(
       onLog: options.onLog,
       events: routed,
       grants: { permissions: options.permissions, cwd: options.cwd },
+      ...(child === undefined ? {} : { child, startBegan: began }),
     });
     if (lease !== undefined) {
       const held = lease;

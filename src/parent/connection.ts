@@ -191,6 +191,16 @@ export interface ConnectionOptions {
   events: ConnectionEvents;
   /** The worker's grants and working directory, for the access hints of its errors. */
   grants?: { permissions: ResolvedPermissions; cwd: string };
+  /**
+   * The worker, already started by its launcher's transport
+   * (`command.transport`); omitted: `command.spawn` is spawned here.
+   */
+  child?: ChildHandle;
+  /**
+   * When the start began, if before this connection (a transport's
+   * connect counts against `startTimeoutMs`); omitted: now.
+   */
+  startBegan?: number;
 }
 
 const live = new Set<ChildHandle>();
@@ -275,18 +285,19 @@ export class Connection {
     const stderrDone = this.#log.pumpStderr(child.stderr);
     this.closed = this.#watchExit(stdoutDone, stderrDone);
     if (options.startTimeoutMs > 0) {
+      const began = options.startBegan ?? this.startedAt;
       const timer = setTimeout(() => {
         if (this.#hello || this.#exit) return;
         const error = new WorkerTimeoutError({
           module: this.module,
           pid: this.spawnPid,
           timeoutMs: options.startTimeoutMs,
-          elapsedMs: Date.now() - this.startedAt,
+          elapsedMs: Date.now() - began,
           phase: "start",
         });
         this.#rejectReady(error);
         this.kill("not ready before startTimeoutMs");
-      }, options.startTimeoutMs);
+      }, Math.max(0, options.startTimeoutMs - (this.startedAt - began)));
       this.ready.then(() => clearTimeout(timer), () => clearTimeout(timer));
     }
   }
@@ -1120,14 +1131,17 @@ export class Connection {
 }
 
 /**
- * Spawns a worker and returns its connection at once; await `ready` for the
- * handshake.
+ * Spawns a worker (or takes the one its transport started) and returns its
+ * connection at once; await `ready` for the handshake.
  *
  * @param options What to run and where events go.
  * @returns The connection.
  * @throws {WorkerStartError} when the program cannot be spawned.
  */
 export function startConnection(options: ConnectionOptions): Connection {
+  if (options.child !== undefined) {
+    return new Connection(options, options.child);
+  }
   let child: ChildHandle;
   try {
     child = options.adapter.spawn(options.command.spawn);

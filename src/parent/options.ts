@@ -9,6 +9,7 @@
 
 import { availableParallelism } from "../runtime/node_builtins.ts";
 import type { RuntimeName } from "../runtime/types.ts";
+import type { LauncherOption } from "../runtime/launch/transport.ts";
 import type { LogSink } from "./_log.ts";
 import type {
   PermissionsOption,
@@ -238,13 +239,19 @@ export interface WorkerOptions<D = unknown> {
    */
   command?: readonly string[];
   /**
-   * A prefix for the worker command, to run it elsewhere:
-   * `["ssh", "host", "--"]`, `["docker", "exec", "-i", "ctr"]`. Permissions
-   * and the sandbox are then the remote side's job.
+   * Run the worker elsewhere: a prefix for the worker command
+   * (`["ssh", "host", "--"]`, `["docker", "exec", "-i", "ctr"]`), run as a
+   * local process, or a transport (`WorkerTransport`) that starts the command
+   * somewhere and hands back its stdio, exit and a way to end it (the
+   * Kubernetes API's exec, a container engine's API: no local CLI). A start
+   * that fails is a `WorkerStartError` (`failure: "spawn"`) naming it.
+   * Permissions, limits and the sandbox are then the remote side's job:
+   * `limits` are refused under `enforce: "strict"`, the OS sandbox does not
+   * apply. See docs/remote.md.
    *
    * @default {[]}
    */
-  launcher?: readonly string[];
+  launcher?: LauncherOption;
 }
 
 /** A sticky routing key of a pool call: a string or a number. */
@@ -510,7 +517,7 @@ export interface PoolOptions<D = unknown> extends SessionOptions<D> {
    *
    * @default {undefined}
    */
-  launchers?: readonly (readonly string[])[];
+  launchers?: readonly LauncherOption[];
 }
 
 /**
@@ -733,8 +740,8 @@ export interface ResolvedWorkerOptions {
   maxFrameBytes: number;
   /** Custom command, if any. */
   command: string[] | undefined;
-  /** Launcher prefix. */
-  launcher: string[];
+  /** The launcher (an argv prefix or a transport); `undefined`: none. */
+  launcher: LauncherOption | undefined;
 }
 
 /** {@linkcode PoolOptions} of the pool itself, after validation. */
@@ -762,5 +769,5 @@ export interface ResolvedPoolOptions {
     | ((op: string, args: readonly unknown[]) => CallKey | undefined)
     | undefined;
   /** The launchers workers spread over (empty: the one `launcher`). */
-  launchers: string[][];
+  launchers: LauncherOption[];
 }

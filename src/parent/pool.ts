@@ -1047,11 +1047,11 @@ export function pool<D = unknown>(
   // Workers run elsewhere: what holds for `launcher` holds for each entry
   // (each start gets its own entry).
   if (limits.launchers.length > 0) {
-    resolved.launcher = limits.launchers[0] as string[];
+    resolved.launcher = limits.launchers[0];
   }
   if (limits.maxRssBytes > 0) {
     // Never silently off: the recycle needs each worker's resident memory.
-    const problem = resolved.launcher.length > 0
+    const problem = resolved.launcher !== undefined
       ? "a worker run through a launcher runs elsewhere, where its memory cannot be read"
       : rssUnreadable();
     if (problem !== undefined) {

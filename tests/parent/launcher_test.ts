@@ -183,7 +183,7 @@ describe("launcher: ssh", () => {
   );
 
   // Deno's argv holds a data: URL with a ';': the ssh launcher's quoting
-  // (shellQuote in src/runtime/launch/wrappers.ts) is what this test needs.
+  // (shellQuote in src/runtime/launch/transport.ts) is what this test needs.
   sshTest(
     "session() with an ssh launcher runs a TypeScript worker module",
     async () => {

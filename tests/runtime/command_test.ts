@@ -52,7 +52,7 @@ function input(overrides: Partial<WorkerCommandInput>): WorkerCommandInput {
     cwd: scratch,
     config: undefined,
     command: undefined,
-    launcher: [],
+    launcher: undefined,
     ...overrides,
   };
 }
@@ -146,12 +146,11 @@ describe("buildWorkerCommand()", () => {
       }),
       adapter,
     );
-    assert.deepEqual(command.spawn.argv, [
-      "ssh",
-      "far",
-      "/usr/bin/python9",
-      "w.py",
-    ]);
+    // The command the launcher's transport is asked to start: the prefix
+    // is the transport's (commandTransport), not part of the argv.
+    assert.deepEqual(command.spawn.argv, ["/usr/bin/python9", "w.py"]);
+    assert.equal(command.transport?.name, "ssh far");
+    assert.deepEqual(command.wrappers, []);
     assert.equal(command.local, false);
     assert.equal(command.workerPid(process.pid), undefined);
   });

@@ -4,9 +4,10 @@
  * the executable itself: self-exec; or a user's `command`). Then the
  * wrappers, innermost first: the OS sandbox (src/runtime/sandbox/: its
  * plan, then Landlock and bubblewrap), the parent-death
- * guard (`setpriv --pdeathsig KILL`), a user's launcher. The result carries
- * the argv and environment to spawn, the exit mapper of its wrappers and how
- * to find the worker's real pid below them.
+ * guard (`setpriv --pdeathsig KILL`). The result carries the argv and
+ * environment to spawn, the exit mapper of its wrappers and how to find the
+ * worker's real pid below them; with a launcher, the transport that starts
+ * that command elsewhere instead (transport.ts: an argv prefix is one).
  *
  * @module
  */
@@ -62,7 +63,8 @@ import type {
   Wrapper,
 } from "./types.ts";
 import type { SandboxBackend } from "../sandbox/types.ts";
-import { launcherWrapper, setprivWrapper } from "./wrappers.ts";
+import { setprivWrapper } from "./wrappers.ts";
+import { commandTransport, type WorkerTransport } from "./transport.ts";
 import { hostFacts } from "../sandbox/facts.ts";
 import { resolveGrantPaths } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
@@ -129,7 +131,7 @@ function innerCommand(
 ): InnerCommand {
   if (input.command) {
     const [program = "", ...rest] = input.command;
-    if (input.launcher.length > 0) {
+    if (input.launcher !== undefined) {
       // The program runs on the launcher's side: nothing to look up here.
       return {
         step: { argv: [...input.command], env, readOnly: [] },
@@ -390,7 +392,7 @@ function confinement(
     runtime: inner.runtime ?? "command",
     sandbox: input.sandbox,
     permissions: input.permissions,
-    local: input.launcher.length === 0,
+    local: input.launcher === undefined,
     compiledDeno: inner.compiledDeno,
     // The warm-up start shares no data with the workers.
     sharePids: codeCacheMode !== "warm-up",
@@ -533,8 +535,8 @@ export function descendantPid(pid: number, levels: number): number | undefined {
  * Builds the command of a worker process: the runtime and its flags (Deno
  * permission flags, config), airlock's entry and the user's module, wrapped
  * in the OS sandbox when it applies and in `setpriv --pdeathsig KILL` so the
- * worker dies with its parent even when blocked in synchronous code, or
- * behind the user's launcher.
+ * worker dies with its parent even when blocked in synchronous code; or,
+ * with a launcher, the command its transport is asked to start elsewhere.
  *
  * @param input The resolved options.
  * @param adapter The parent's runtime.
@@ -555,7 +557,7 @@ export function buildWorkerCommand(
     recordWorkerWritable(permissions.write);
   }
   const env: Record<string, string> = { NO_COLOR: "1", ...input.env };
-  const local = input.launcher.length === 0;
+  const local = input.launcher === undefined;
   // Granted program names are looked up on the worker's PATH (Deno resolves
   // --allow-run names at start and refuses to start without one): a worker
   // given none gets the default, the PATH they are resolved on.
@@ -587,7 +589,6 @@ export function buildWorkerCommand(
   ) {
     wrappers.push(setprivWrapper(setpriv));
   }
-  if (!local) wrappers.push(launcherWrapper(input.launcher));
 
   let step: LaunchStep = inner.step;
   const mappers: ExitMapper[] = [];
@@ -633,8 +634,33 @@ export function buildWorkerCommand(
       ? { codeCache: inner.codeCache }
       : {}),
     ...(inner.network === undefined ? {} : { network: inner.network }),
+    ...(input.launcher === undefined
+      ? {}
+      : { transport: transportOf(input.launcher, adapter) }),
     ...(pidNamespace === undefined
       ? {}
       : { pidNamespace: { ...pidNamespace, setpriv } }),
   };
+}
+
+/**
+ * The transport of a launcher: itself, or the one of an argv prefix, which
+ * spawns through the parent's runtime.
+ *
+ * @param launcher The launcher.
+ * @param adapter The parent's runtime.
+ * @returns The transport.
+ */
+function transportOf(
+  launcher: readonly string[] | WorkerTransport,
+  adapter: RuntimeAdapter,
+): WorkerTransport {
+  if (!isPrefix(launcher)) return launcher;
+  return commandTransport(launcher, (request) => adapter.spawn(request));
+}
+
+function isPrefix(
+  launcher: readonly string[] | WorkerTransport,
+): launcher is readonly string[] {
+  return Array.isArray(launcher);
 }

@@ -87,7 +87,7 @@ export function selfExecCommand(
   entry: URL,
 ): SelfExecCommand | undefined {
   const moduleUrl = input.moduleUrl;
-  if (input.command || input.launcher.length > 0 || !moduleUrl) {
+  if (input.command || input.launcher !== undefined || !moduleUrl) {
     return undefined;
   }
   const mode = selfExecMode();

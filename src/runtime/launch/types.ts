@@ -1,8 +1,8 @@
 /**
  * The shared types of launching a worker: what the command builder needs
  * of the resolved options, the finished command, and the wrapper contract
- * every layer around the worker (sandbox backends, the parent-death guard,
- * a launcher) implements. Private to src/runtime.
+ * every layer around a local worker (sandbox backends, the parent-death
+ * guard) implements. Private to src/runtime.
  *
  * @module
  */
@@ -10,6 +10,7 @@
 import type { NetBroker } from "../sandbox/net/broker.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
+import type { LauncherOption, WorkerTransport } from "./transport.ts";
 import type { SandboxBackend, SandboxMode } from "../sandbox/types.ts";
 import type { WorkerLimits } from "../sandbox/limits/worker_limits.ts";
 import type { ResolvedLimits } from "../sandbox/limits/types.ts";
@@ -40,8 +41,8 @@ export interface WorkerCommandInput {
   config: string | undefined;
   /** A custom command instead of a module. */
   command: readonly string[] | undefined;
-  /** A launcher prefix. */
-  launcher: readonly string[];
+  /** The launcher (an argv prefix or a transport); `undefined`: the worker runs here. */
+  launcher: LauncherOption | undefined;
   /** Kernel-enforced limits (`undefined`: none at all, a test's command). */
   limits?: ResolvedLimits | undefined;
 }
@@ -50,8 +51,16 @@ export interface WorkerCommandInput {
 export interface WorkerCommand {
   /** The worker module's (or command's) display name, for messages. */
   module: string;
-  /** What to spawn. */
+  /**
+   * What to spawn here, or, with `transport`, what the transport is asked
+   * to start.
+   */
   spawn: SpawnRequest;
+  /**
+   * The transport that starts the worker elsewhere (a launcher); omitted:
+   * `spawn` runs here.
+   */
+  transport?: WorkerTransport;
   /** Whether the worker runs on this machine (its pid can be inspected). */
   local: boolean;
   /** The wrappers around the worker, outermost first (e.g. `["setpriv", "bwrap"]`). */
@@ -156,11 +165,10 @@ export interface WrappedStep extends LaunchStep {
 /**
  * One layer around a worker command: takes the inner step's argv and env,
  * returns the wrapping argv and env. Wrappers run innermost first: a
- * Landlock step inside bubblewrap, bubblewrap inside `setpriv`, all of it
- * behind a launcher.
+ * Landlock step inside bubblewrap, bubblewrap inside `setpriv`.
  */
 export interface Wrapper {
-  /** A short name for diagnostics (`"bwrap"`, `"setpriv"`, `"launcher"`). */
+  /** A short name for diagnostics (`"bwrap"`, `"setpriv"`). */
   readonly name: string;
   /**
    * Whether what it wraps dies with the parent by other means, so that no

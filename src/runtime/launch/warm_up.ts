@@ -128,7 +128,7 @@ function startWarmUp(
         ...input,
         permissions: resolvePermissions(undefined, input.cwd),
         env: {},
-        launcher: [],
+        launcher: undefined,
       },
       adapter,
       "warm-up",

@@ -442,7 +442,7 @@ export async function prefetchHostFacts(
     runtime: input.command ? "command" : input.runtime,
     sandbox: input.sandbox,
     permissions: input.permissions,
-    local: input.launcher.length === 0,
+    local: input.launcher === undefined,
     compiledDeno: false,
   };
   if (!needsHostFacts(request)) return;

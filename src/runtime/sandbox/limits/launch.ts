@@ -29,8 +29,8 @@ export interface LimitsLaunchInput {
   label: string;
   /** The resolved `limits` option (`undefined`: none at all, a test's command). */
   limits?: ResolvedLimits | undefined;
-  /** A launcher prefix: the worker then runs elsewhere. */
-  launcher: readonly string[];
+  /** A launcher (`undefined`: none): the worker then runs elsewhere. */
+  launcher: object | undefined;
 }
 
 /** A worker's limits step and its limits. */
@@ -71,7 +71,7 @@ export function limitsLaunch(
       }, undefined),
     };
   }
-  const local = input.launcher.length === 0 && process.platform === "linux";
+  const local = input.launcher === undefined && process.platform === "linux";
   const shell = local &&
     isExecutableFile(
       SHELL,
@@ -99,7 +99,7 @@ export function limitsLaunch(
     ? cgroupBackend(adapter.name, undefined, (close) => adapter.onExit(close))
     : missingShell;
   const facts: LimitsFacts = {
-    local: input.launcher.length === 0,
+    local: input.launcher === undefined,
     cgroup: "error" in backend
       ? backend
       : { memory: backend.memory, pids: backend.pids },
