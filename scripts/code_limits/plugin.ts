@@ -24,7 +24,7 @@ const FILE_EXEMPT = [
 
 /** The files every call runs through: serve, connection, pool dispatch, the codec and frames. */
 const CALL_PATH = [
-  /\/src\/worker\/(serve|_serve_[a-z_]+)\.ts$/,
+  /\/src\/worker\/(serve|_outbox|_progress|_stream_pump)\.ts$/,
   /\/src\/parent\/(connection|pool|_call|_mode)\.ts$/,
   /\/src\/protocol\/[a-z_]+\.ts$/,
 ];
