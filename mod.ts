@@ -46,12 +46,12 @@ export {
   session,
   type SessionStats,
 } from "./src/parent/session.ts";
-export {
-  type Pool,
-  pool,
-  type PoolStats,
-  type PoolWorkerStats,
-} from "./src/parent/pool.ts";
+export { pool } from "./src/parent/pool.ts";
+export type {
+  Pool,
+  PoolStats,
+  PoolWorkerStats,
+} from "./src/parent/pool_handle.ts";
 export { type OneShot, oneShot } from "./src/parent/one_shot.ts";
 export type {
   CallOptions,

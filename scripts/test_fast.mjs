@@ -20,6 +20,7 @@ const FAST_TIER = [
   "tests/runtime/confine_backends_test.ts",
   "tests/worker/define_worker_test.ts",
   "tests/parent/pool_scheduling_test.ts",
+  "tests/parent/pool_policy_test.ts",
   "tests/parent/session_scheduling_test.ts",
   "tests/parent/one_shot_scheduling_test.ts",
   "tests/parent/stream_scheduling_test.ts",
