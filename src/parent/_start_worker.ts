@@ -13,10 +13,12 @@
 import { WorkerStartError, WorkerTimeoutError } from "../errors.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import { openTransport } from "../runtime/launch/transport.ts";
-import { buildWorkerCommand } from "../runtime/launch/command.ts";
+import { buildWorkerCommandYielding } from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
 import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
 import { prefetchHostFacts } from "../runtime/sandbox/facts.ts";
+import { loadStartBuiltins } from "../runtime/node_builtins.ts";
+import { nextTurn } from "../runtime/turns.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
 import type { NetBroker } from "../runtime/sandbox/net/broker.ts";
 import {
@@ -237,13 +239,17 @@ export async function startWorker(
   let lastError: unknown;
   const attempts = options.maxRetries + 1;
   const since = Date.now();
-  // The sandbox's probes (processes) run here without blocking the event
-  // loop; the build below then reads their cached answers.
+  // The start never holds the event loop long, the first of the process
+  // included: the built-ins it uses load one per turn, the sandbox's probes
+  // (processes) run asynchronously, and the build reads their cached
+  // answers in slices.
+  await loadStartBuiltins();
   await prefetchHostFacts(options, adapter);
-  let first: WorkerCommand | undefined = buildWorkerCommand(
+  let first: WorkerCommand | undefined = await buildWorkerCommandYielding(
     options,
     adapter,
   );
+  await nextTurn();
   const warmed = await warmUpCodeCache(
     options,
     adapter,
@@ -271,7 +277,7 @@ export async function startWorker(
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
-    const built = first ?? buildWorkerCommand(options, adapter);
+    const built = first ?? await buildWorkerCommandYielding(options, adapter);
     first = undefined;
     let lease: PidNamespaceLease | undefined;
     try {
@@ -334,6 +340,9 @@ export async function startWorker(
         });
       }
     }
+    // The build and the spawn (each some ms on a loaded machine) in turns
+    // of their own.
+    if (child === undefined) await nextTurn();
     const conn = startConnection({
       adapter,
       command,

@@ -34,6 +34,7 @@
 import {
   createHash,
   join,
+  loadSpawnBuiltins,
   mkdirSync,
   mkdtempSync,
   readFileSync,
@@ -43,6 +44,7 @@ import {
   tmpdir,
   writeFileSync,
 } from "./node_builtins.ts";
+import { nextTurn } from "./turns.ts";
 
 /** A built bundle and the SHA-256 of what was built. */
 export interface BunEntryBundle {
@@ -82,8 +84,27 @@ function shortHash(text: string): string {
     (b >>> 0).toString(16).padStart(8, "0");
 }
 
+/** The members of Bun's native hasher used here. */
+interface BunHasher {
+  CryptoHasher: new (algorithm: "sha256") => {
+    update(data: Uint8Array): unknown;
+    digest(encoding: "hex"): string;
+  };
+}
+
+/**
+ * The SHA-256 of a bundle, in hex: Bun's native hasher on a Bun parent
+ * (`node:crypto`'s first load would cost its first start 7 to 10 ms of CPU
+ * in one block), `node:crypto` on a Deno parent starting Bun workers.
+ */
 function sha256(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
+  const bun = (globalThis as { Bun?: BunHasher }).Bun;
+  if (bun === undefined) {
+    return createHash("sha256").update(bytes).digest("hex");
+  }
+  const hasher = new bun.CryptoHasher("sha256");
+  hasher.update(bytes);
+  return hasher.digest("hex");
 }
 
 function directory(onExit: (callback: () => void) => void): string {
@@ -133,6 +154,10 @@ async function build(
 ): Promise<BunEntryBundle | undefined> {
   // airlock's own tree (from source, or as published: `.js`).
   if (!/\/workers\/entry\.[jt]s$/.test(entry)) return undefined;
+  // Not in the start's turn: `node:child_process`'s first load and the
+  // spawn each get a turn of their own (issue 23 item 4).
+  await nextTurn();
+  await loadSpawnBuiltins();
   const dir = directory(onExit);
   const chunks: Uint8Array[] = [];
   let size = 0;

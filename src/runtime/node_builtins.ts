@@ -25,6 +25,7 @@ import type * as Os from "node:os";
 import type * as Path from "node:path";
 import type * as Url from "node:url";
 import type * as Util from "node:util";
+import { nextTurn } from "./turns.ts";
 
 interface NodeProcess {
   readonly platform: string;
@@ -44,10 +45,19 @@ function nodeProcess(): NodeProcess {
   return (globalThis as unknown as { process: NodeProcess }).process;
 }
 
+/** The built-ins loaded so far, by id. */
+const loadedBuiltins = new Set<string>();
+
 /** Loads a built-in once, on first use. */
 function loader<T>(id: string): () => T {
   let loaded: T | undefined;
-  return () => loaded ??= nodeProcess().getBuiltinModule(id) as T;
+  return () => {
+    if (loaded === undefined) {
+      loaded = nodeProcess().getBuiltinModule(id) as T;
+      loadedBuiltins.add(id);
+    }
+    return loaded;
+  };
 }
 
 const fs = loader<typeof Fs>("node:fs");
@@ -66,6 +76,67 @@ const util = loader<typeof Util>("node:util");
 export const diagnosticsChannel: () => typeof DiagnosticsChannel = loader<
   typeof DiagnosticsChannel
 >("node:diagnostics_channel");
+
+/** What {@linkcode loadSpawnBuiltins} loads, in order. */
+const SPAWN_BUILTINS: readonly (() => unknown)[] = [
+  loader("node:dns"),
+  loader("node:net"),
+  childProcess,
+];
+
+/** Whether {@linkcode loadStartBuiltins} loaded them all. */
+let startBuiltinsLoaded = false;
+
+/**
+ * The built-ins a worker's start uses (the command build, the sandbox's
+ * probes and files, the spawn, the start event), in the order it first
+ * touches them. Not `node:crypto`: the start hashes without it
+ * (src/runtime/sha256.ts; Bun's own hasher for the Bun bundle). Not
+ * `node:child_process`: only a start that spawns through it (the sandbox's
+ * probes, the Bun bundle's build: once per process) loads it, with
+ * {@linkcode loadSpawnBuiltins}; the worker's spawn is the runtime's own.
+ */
+const START_BUILTINS: readonly (() => unknown)[] = [
+  fs,
+  path,
+  url,
+  os,
+  buffer,
+  diagnosticsChannel,
+];
+
+/**
+ * Loads the built-ins a worker's start uses that are not loaded yet, one
+ * per turn of the event loop. The first use of a built-in is its load (on
+ * Deno, Node compatibility's JavaScript, several ms each); made here, the
+ * start's synchronous command build never pays it in one block.
+ *
+ * @returns When they are all loaded.
+ */
+export async function loadStartBuiltins(): Promise<void> {
+  if (startBuiltinsLoaded) return;
+  for (const load of START_BUILTINS) {
+    const before = loadedBuiltins.size;
+    load();
+    if (loadedBuiltins.size > before) await nextTurn();
+  }
+  startBuiltinsLoaded = true;
+}
+
+/**
+ * Loads `node:child_process` (and, on Deno, the `node:net` sockets its
+ * pipes are) if not loaded yet, each in a turn of its own: for a start
+ * that spawns through it (the sandbox's probes, the Bun bundle's build).
+ *
+ * @returns When they are loaded.
+ */
+export async function loadSpawnBuiltins(): Promise<void> {
+  for (const load of SPAWN_BUILTINS) {
+    const before = loadedBuiltins.size;
+    load();
+    if (loadedBuiltins.size > before) await nextTurn();
+  }
+}
 
 /** A function of a module, bound on first call. */
 function lazy<M, K extends keyof M>(load: () => M, key: K): M[K] {

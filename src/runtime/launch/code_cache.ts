@@ -26,7 +26,6 @@
  */
 
 import {
-  createHash,
   existsSync,
   join,
   lstat,
@@ -42,6 +41,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from "../node_builtins.ts";
+import { sha256Hex } from "../sha256.ts";
 
 /** The subdirectory of the parent's `DENO_DIR` holding the private caches. */
 export const CODE_CACHE_DIR = "airlock-code";
@@ -96,13 +96,13 @@ export interface CodeCacheKey {
  * ```
  */
 export function codeCacheDir(parentDenoDir: string, key: CodeCacheKey): string {
-  const hash = createHash("sha256").update(JSON.stringify([
+  const hash = sha256Hex(JSON.stringify([
     "read-only",
     key.binary,
     key.module,
     key.entry,
     key.config ?? null,
-  ])).digest("hex").slice(0, 32);
+  ])).slice(0, 32);
   return join(parentDenoDir, CODE_CACHE_DIR, hash);
 }
 

@@ -72,6 +72,7 @@ import { sandboxWrappers } from "../sandbox/wrappers.ts";
 import { limitsLaunch } from "../sandbox/limits/launch.ts";
 import { SANDBOX_MESSAGES } from "../sandbox/messages.ts";
 import { type NetBroker, startNetBroker } from "../sandbox/net/broker.ts";
+import { runSteps, runStepsYielding, type Steps } from "../turns.ts";
 import type { NetLayout } from "../sandbox/net/targets.ts";
 
 /**
@@ -379,13 +380,13 @@ function useCodeCache(
  * decision (`sandbox/plan.ts`), then the wrappers it names. Throws when
  * its permissions cannot be enforced here.
  */
-function confinement(
+function* confinement(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   inner: InnerCommand,
   codeCacheMode: CodeCacheMode,
   setpriv: string | undefined,
-): Wrapper[] {
+): Steps<Wrapper[]> {
   const request: SandboxRequest = {
     module: input.label,
     // A command has no permission model of its own, like Bun.
@@ -407,13 +408,17 @@ function confinement(
     }),
   );
   if (!plan.confined || inner.binary === undefined) return [];
+  yield;
   const grants = resolveGrantPaths(
     input.permissions,
     input.label,
     adapter.env("HOME"),
   );
+  yield;
   const programs = runPrograms(input, inner);
+  yield;
   const codeCache = useCodeCache(input, adapter, inner, codeCacheMode);
+  yield;
   if (plan.net !== undefined) {
     inner.network = netBroker(input.label, plan.net, adapter);
   }
@@ -432,6 +437,7 @@ function confinement(
     setpriv,
   });
   if (wrappers.length === 0) return [];
+  yield;
   const code = inner.codeMounts?.();
   if (code !== undefined) {
     inner.step.readOnly = [...inner.step.readOnly, ...code.readOnly];
@@ -552,6 +558,49 @@ export function buildWorkerCommand(
   adapter: RuntimeAdapter,
   codeCacheMode: CodeCacheMode = "read-only",
 ): WorkerCommand {
+  return runSteps(buildWorkerCommandSteps(input, adapter, codeCacheMode));
+}
+
+/**
+ * {@linkcode buildWorkerCommand}, giving the event loop a turn whenever a
+ * slice of the build ran `SLICE_MS` (turns.ts; the first build of a
+ * process reads files, loads code and looks programs up for the first
+ * time; a later one does not wait at all).
+ *
+ * @param input The resolved options.
+ * @param adapter The parent's runtime.
+ * @param codeCacheMode As for {@linkcode buildWorkerCommand}.
+ * @returns The command.
+ * @throws {WorkerStartError} as {@linkcode buildWorkerCommand} does.
+ * @throws {PermissionError} as {@linkcode buildWorkerCommand} does.
+ */
+export function buildWorkerCommandYielding(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  codeCacheMode: CodeCacheMode = "read-only",
+): Promise<WorkerCommand> {
+  return runStepsYielding(
+    buildWorkerCommandSteps(input, adapter, codeCacheMode),
+  );
+}
+
+/**
+ * The build of {@linkcode buildWorkerCommand} as steps: it `yield`s
+ * between its parts (lookups, the inner command, each part of the
+ * confinement, the limits, each wrapper), where the event loop may run.
+ *
+ * @param input The resolved options.
+ * @param adapter The parent's runtime.
+ * @param codeCacheMode As for {@linkcode buildWorkerCommand}.
+ * @returns The steps; their result is the command.
+ * @throws {WorkerStartError} as {@linkcode buildWorkerCommand} does.
+ * @throws {PermissionError} as {@linkcode buildWorkerCommand} does.
+ */
+export function* buildWorkerCommandSteps(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+  codeCacheMode: CodeCacheMode,
+): Steps<WorkerCommand> {
   const permissions = input.permissions;
   if (!permissions.all && permissions.write !== true) {
     recordWorkerWritable(permissions.write);
@@ -576,8 +625,17 @@ export function buildWorkerCommand(
     : undefined;
   // Without a parent-death signal the worker watches its parent itself.
   const parentWatchdog = !local || setpriv === undefined;
+  yield;
   const inner = innerCommand(input, adapter, env, parentWatchdog);
-  const wrappers = confinement(input, adapter, inner, codeCacheMode, setpriv);
+  yield;
+  const wrappers = yield* confinement(
+    input,
+    adapter,
+    inner,
+    codeCacheMode,
+    setpriv,
+  );
+  yield;
   // Outside the sandbox, inside the parent-death guard: the worker's
   // groups, rlimits and oom_score_adj hold before anything of it runs.
   const limits = limitsLaunch(input, adapter);
@@ -606,6 +664,7 @@ export function buildWorkerCommand(
         writable: wrapped.writable ?? step.writable ?? [],
         scratch: wrapped.scratch ?? step.scratch ?? [],
       };
+      yield;
     }
   } catch (error: unknown) {
     limits.limits.release();

@@ -12,7 +12,8 @@
  * @module
  */
 
-import { buildWorkerCommand } from "./command.ts";
+import { buildWorkerCommandYielding } from "./command.ts";
+import { nextTurn } from "../turns.ts";
 import {
   clearLocationData,
   isWarm,
@@ -122,23 +123,27 @@ function startWarmUp(
 ): WarmUp {
   const run: Run = { stopped: false, child: undefined, timedOut: false };
   let command: WorkerCommand | undefined;
-  try {
-    command = buildWorkerCommand(
-      {
-        ...input,
-        permissions: resolvePermissions(undefined, input.cwd),
-        env: {},
-        launcher: undefined,
-      },
-      adapter,
-      "warm-up",
-    );
-  } catch {
-    command = undefined;
-  }
   const warm = async (): Promise<void> => {
+    // Built in slices, and spawned in a turn of its own: the worker's own
+    // build ran just before, in this turn.
+    await nextTurn();
+    try {
+      command = await buildWorkerCommandYielding(
+        {
+          ...input,
+          permissions: resolvePermissions(undefined, input.cwd),
+          env: {},
+          launcher: undefined,
+        },
+        adapter,
+        "warm-up",
+      );
+    } catch {
+      return;
+    }
+    await nextTurn();
     // It runs the module's code: only ever inside the sandbox.
-    if (command === undefined || command.sandboxes.length === 0) return;
+    if (command.sandboxes.length === 0) return;
     // A cache warmed before (by an earlier process) is refreshed with one
     // start: what changed since (the module, its imports, airlock) is
     // compiled again; the rest is found. An empty one needs two (Deno

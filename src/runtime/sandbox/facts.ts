@@ -12,7 +12,13 @@
  * @module
  */
 
-import { process, realpathSync, spawn, spawnSync } from "../node_builtins.ts";
+import {
+  loadSpawnBuiltins,
+  process,
+  realpathSync,
+  spawn,
+  spawnSync,
+} from "../node_builtins.ts";
 import {
   recordWorkerWritable,
   writableByWorker,
@@ -465,6 +471,9 @@ export async function prefetchHostFacts(
       return;
     } catch (error: unknown) {
       if (!(error instanceof ProbeNeeded)) return;
+      // What a first spawn through `node:child_process` loads, each in a
+      // turn of its own rather than inside the spawn (issue 23 item 4).
+      await loadSpawnBuiltins();
       await error.run();
     }
   }

@@ -9,7 +9,6 @@
  */
 
 import {
-  createHash,
   existsSync,
   join,
   mkdtempSync,
@@ -18,6 +17,7 @@ import {
   writeFileSync,
 } from "../node_builtins.ts";
 import { writableByWorker } from "../launch/executable.ts";
+import { sha256Hex } from "../sha256.ts";
 
 let dir: string | undefined;
 
@@ -52,7 +52,7 @@ export function seccompFile(
       `the seccomp filter's directory "${dir}" lies inside "${grant}", where a worker may write and could swap the filter; set TMPDIR to a directory no worker is granted`,
     );
   }
-  const hash = createHash("sha256").update(program).digest("hex").slice(0, 32);
+  const hash = sha256Hex(program).slice(0, 32);
   const file = join(dir, `${hash}.bpf`);
   // "wx": never through a file or link that is already there.
   if (!existsSync(file)) {

@@ -1,0 +1,175 @@
+// A worker's start never holds the parent's event loop long, the first
+// start of a process included (issue 23 item 4): its synchronous work is
+// cut into steps run in slices (src/runtime/turns.ts), the built-ins it
+// uses load one per turn, and its code is imported in parts. These tests
+// assert the mechanism; the bench row "first-start stall" has the number.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import {
+  nextTurn,
+  runSteps,
+  runStepsYielding,
+  SLICE_MS,
+  type Steps,
+} from "../../src/runtime/turns.ts";
+import {
+  buildWorkerCommand,
+  buildWorkerCommandSteps,
+  buildWorkerCommandYielding,
+} from "../../src/runtime/launch/command.ts";
+import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
+import { resolvePermissions } from "../../src/runtime/permissions.ts";
+import { detect } from "../../src/runtime/detect.ts";
+import { fixture } from "../_helpers/files.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
+import { needsSandbox } from "../_helpers/tools.ts";
+
+/** Busy for `ms` (a step of synchronous work). */
+function busy(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // Working.
+  }
+}
+
+function* work(steps: number, msEach: number): Steps<number> {
+  for (let i = 0; i < steps; i++) {
+    busy(msEach);
+    yield;
+  }
+  return steps * 10;
+}
+
+/** Counts the event loop's turns while `run` runs. */
+async function turnsDuring(run: () => Promise<unknown>): Promise<number> {
+  let turns = 0;
+  let done = false;
+  const spin = (): void => {
+    if (done) return;
+    turns++;
+    setTimeout(spin, 0);
+  };
+  setTimeout(spin, 0);
+  try {
+    await run();
+  } finally {
+    done = true;
+  }
+  return turns;
+}
+
+/** Runs turns_parent.ts in a fresh process of this runtime. */
+function freshParent(piece: "builtins" | "start-code"): number {
+  const script = fixture("start/turns_parent.ts").pathname;
+  const out = execFileSync(
+    process.execPath,
+    RUNTIME === "bun"
+      ? [script, piece]
+      : ["run", "-A", "--quiet", script, piece],
+    {
+      encoding: "utf8",
+      env: { ...process.env, NO_COLOR: "1" },
+      timeout: 120_000,
+    },
+  );
+  return (JSON.parse(out.trim().split("\n").at(-1) ?? "") as {
+    turns: number;
+  }).turns;
+}
+
+describe("runStepsYielding()", () => {
+  test("runStepsYielding() gives the loop a turn between slow steps and none between fast ones", async () => {
+    // Each step longer than a slice: a turn after each.
+    let result = 0;
+    const slow = await turnsDuring(async () => {
+      result = await runStepsYielding(work(5, SLICE_MS + 1));
+    });
+    assert.equal(result, 50);
+    assert.ok(slow >= 4, `${slow} turns between 5 slow steps`);
+    // Fast steps: the work ends without waiting for the loop (a step
+    // descheduled past a slice on a loaded machine may give one turn; one
+    // per step would be 50).
+    await nextTurn();
+    const fast = await turnsDuring(() => runStepsYielding(work(50, 0)));
+    assert.ok(fast <= 2, `${fast} turns between 50 fast steps`);
+    assert.equal(runSteps(work(3, 0)), 30);
+  });
+
+  test("runStepsYielding() and runSteps() reject with what a step throws", async () => {
+    function* failing(): Steps<number> {
+      yield;
+      throw new RangeError("step two failed");
+    }
+    await assert.rejects(runStepsYielding(failing()), /step two failed/);
+    assert.throws(() => runSteps(failing()), /step two failed/);
+  });
+});
+
+describe("a worker's first start, in slices", () => {
+  test(
+    "a sandboxed worker's command build yields between its parts and gives the same command either way",
+    needsSandbox(),
+    async () => {
+      const scratch = realpathSync(
+        mkdtempSync(join(tmpdir(), "airlock-turns-")),
+      );
+      try {
+        const input: WorkerCommandInput = {
+          moduleUrl: fixture("basic_worker.ts"),
+          label: "basic_worker.ts",
+          runtime: RUNTIME,
+          permissions: resolvePermissions(undefined, scratch),
+          sandbox: "os",
+          env: {},
+          cwd: scratch,
+          config: undefined,
+          command: undefined,
+          launcher: undefined,
+        };
+        const adapter = detect();
+        const steps = buildWorkerCommandSteps(input, adapter, "read-only");
+        let yields = 0;
+        let step = steps.next();
+        for (; !step.done; step = steps.next()) yields++;
+        const stepped = step.value;
+        const whole = buildWorkerCommand(input, adapter);
+        const sliced = await buildWorkerCommandYielding(input, adapter);
+        try {
+          // Lookups, the inner command, the confinement's parts, the
+          // limits, each wrapper: at least one turn between each.
+          assert.ok(yields >= 8, `${yields} yields`);
+          assert.ok(stepped.sandboxes.length > 0, stepped.wrappers.join());
+          assert.deepEqual(stepped.spawn, whole.spawn);
+          assert.deepEqual(sliced.spawn, whole.spawn);
+          assert.deepEqual(sliced.wrappers, whole.wrappers);
+        } finally {
+          for (const command of [stepped, whole, sliced]) {
+            command.limits?.release();
+            command.network?.close();
+          }
+        }
+      } finally {
+        rmSync(scratch, { recursive: true, force: true });
+      }
+    },
+  );
+
+  test("a fresh parent loads the start's built-ins one per turn", () => {
+    // fs, path, url, os, buffer, diagnostics_channel: a turn after each
+    // (a plain first use loads them all in the turn that needs them).
+    const turns = freshParent("builtins");
+    assert.ok(turns >= 5, `${turns} turns`);
+  });
+
+  test("a fresh parent imports the start code in parts, a turn after each", () => {
+    // 14 parts, then the start code itself; one import of the whole graph
+    // evaluates it in one turn (0 turns on Deno 2.9, 4 on Bun 1.4).
+    const turns = freshParent("start-code");
+    assert.ok(turns >= 14, `${turns} turns`);
+  });
+});
