@@ -126,8 +126,9 @@ function notCapableHint(fields: ErrorFields): string | undefined {
 
 /**
  * A bare `EPERM` from listing the network interfaces: the netlink socket
- * `os.networkInterfaces()` opens is refused under the OS sandbox without a
- * net grant, and the error names no path. `process.report.getReport()`
+ * `os.networkInterfaces()` opens is refused under Landlock alone without a
+ * net grant and with net scopes (allowed only in a network namespace of
+ * the worker's own: bubblewrap without net), and the error names no path. `process.report.getReport()`
  * lists them, and detect-libc calls it (lmdb and @libsql/client load
  * their add-on through it).
  */
@@ -143,7 +144,7 @@ function interfacesHint(
     typeof fields.stack !== "string" ||
     !fields.stack.includes("networkInterfaces")
   ) return undefined;
-  return "the OS sandbox refused the socket that lists the network interfaces (os.networkInterfaces(), which process.report.getReport() calls: detect-libc does, for lmdb and @libsql/client): listing them needs permissions.net: true";
+  return "the OS sandbox refused the socket that lists the network interfaces (os.networkInterfaces(), which process.report.getReport() calls: detect-libc does, for lmdb and @libsql/client): listing them needs permissions.net: true here (inside bubblewrap a worker without net lists its own loopback; under Landlock alone, or with net scopes, it would list the host's)";
 }
 
 /** An errno failure on a path (or host) the grants do not cover. */

@@ -156,6 +156,61 @@ describe("seccompFilter()", () => {
     assert.equal(run(x86(), { arch: X86_64, nr: 53, arg0: 1 }), ALLOW);
   });
 
+  test("seccompFilter() with routeNetlink allows routing netlink only, and only without net", () => {
+    for (
+      const [arch, nr, build] of [[X86_64, 41, "x86_64"], [
+        AARCH64,
+        198,
+        "aarch64",
+      ]] as const
+    ) {
+      const program = (permissions = NOTHING) =>
+        seccompFilter(permissions, { arch: build, routeNetlink: true });
+      const socket = (
+        p: Uint8Array,
+        family: number,
+        type: number,
+        protocol: number,
+      ) => run(p, { arch, nr, args: [family, type, protocol] });
+      // AF_NETLINK, NETLINK_ROUTE: raw or datagram, with its flags.
+      assert.equal(socket(program(), 16, 3, 0), ALLOW);
+      assert.equal(socket(program(), 16, 2 | 0o2000000, 0), ALLOW);
+      // Every other netlink protocol: SOCK_DIAG, AUDIT, NETFILTER,
+      // KOBJECT_UEVENT, GENERIC (the kernel reads the protocol as an int:
+      // only its low 32 bits count, as here).
+      for (const protocol of [4, 9, 12, 15, 16, 2 ** 32 + 16]) {
+        assert.equal(
+          socket(program(), 16, 3, protocol),
+          "errno 1",
+          `${protocol}`,
+        );
+      }
+      // Every other family, protocol 0 or not.
+      for (const family of [1, 2, 10, 17, 40, 43]) {
+        assert.equal(socket(program(), family, 1, 0), "errno 1", `${family}`);
+      }
+      // Not without the option (Landlock alone: the host's namespace).
+      assert.equal(
+        socket(seccompFilter(NOTHING, { arch: build }), 16, 3, 0),
+        "errno 1",
+      );
+      // With net scopes the TCP rule applies: no netlink there either.
+      assert.equal(socket(program(PORTS), 16, 3, 0), "errno 1");
+      assert.equal(socket(program(PORTS), 2, 1, 0), ALLOW);
+      // Other calls pass the socket rule untouched.
+      assert.equal(
+        run(program(), { arch, nr: arch === X86_64 ? 0 : 63 }),
+        ALLOW,
+      );
+    }
+    assert.match(
+      seccompDenials(NOTHING, { routeNetlink: true }).find((d) =>
+        d.name === "socket"
+      )?.when ?? "",
+      /NETLINK_ROUTE/,
+    );
+  });
+
   test("seccompFilter() with net scopes allows TCP stream sockets only", () => {
     const STREAM = 1;
     const FLAGS = 0o4000 | 0o2000000; // SOCK_NONBLOCK | SOCK_CLOEXEC

@@ -14,6 +14,8 @@ const SYMBOLS: Record<string, [string[], string]> = {
   socket: [["i32", "i32", "i32"], "i32"],
   connect: [["i32", "buffer", "u32"], "i32"],
   sendto: [["i32", "buffer", "u64", "i32", "buffer", "u32"], "i64"],
+  send: [["i32", "buffer", "u64", "i32"], "i64"],
+  recv: [["i32", "buffer", "u64", "i32"], "i64"],
   close: [["i32"], "i32"],
   chmod: [["buffer", "u32"], "i32"],
   chown: [["buffer", "u32", "u32"], "i32"],

@@ -115,6 +115,13 @@ export interface ConfineSpecOptions {
    */
   pathMetadata?: boolean;
   /**
+   * Whether the filter allows routing netlink without `net` (a network
+   * namespace of the worker's own: see `SeccompFilterOptions.routeNetlink`).
+   *
+   * @default {false}
+   */
+  routeNetlink?: boolean;
+  /**
    * How the parent resolved the grants (see `LandlockRulesetOptions.grants`).
    *
    * @default {undefined}
@@ -205,6 +212,7 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
         seccompFilter(options.permissions, {
           arch,
           pathMetadata: options.pathMetadata === true,
+          routeNetlink: options.routeNetlink === true,
         }),
       ).toString("base64")
       : "",

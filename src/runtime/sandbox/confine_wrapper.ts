@@ -44,7 +44,8 @@ export interface LandlockWrapperOptions {
   /**
    * Whether Landlock is the only backend (no bubblewrap around it): the
    * seccomp filter then also refuses the path-based metadata calls, which
-   * Landlock does not check.
+   * Landlock does not check, and routing netlink sockets (the worker is in
+   * the host's network namespace).
    *
    * @default {false}
    */
@@ -151,6 +152,9 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,
         pathMetadata: options.alone === true,
+        // Inside bubblewrap, a worker without net has a network namespace
+        // of its own (only its loopback): listing it is allowed.
+        routeNetlink: options.alone !== true,
         ...(options.grants ? { grants: options.grants } : {}),
         permissions: options.permissions,
         executables: options.executables,

@@ -67,6 +67,9 @@ const X32_SYSCALL_BIT = 0x40000000;
 /** The socket families a `net` scope names: TCP over IPv4 and IPv6. */
 const AF_INET = 2;
 const AF_INET6 = 10;
+/** Routing netlink: what `getifaddrs()` (interface listings) opens. */
+const AF_NETLINK = 16;
+const NETLINK_ROUTE = 0;
 /** `SOCK_STREAM`, and the mask of the type without its flags. */
 const SOCK_STREAM = 1;
 const SOCK_TYPE_MASK = 0xf;
@@ -210,6 +213,19 @@ export interface SeccompFilterOptions {
    * @default {false}
    */
   pathMetadata?: boolean;
+  /**
+   * Whether the worker has a network namespace of its own (bubblewrap's
+   * `--unshare-net`): without `net`, `socket()` then allows routing
+   * netlink (`AF_NETLINK`, `NETLINK_ROUTE`), so that listing the
+   * interfaces (`os.networkInterfaces()`, Node's `process.report`) works
+   * and shows only its loopback. It changes nothing: the worker has no
+   * capabilities (`CAP_NET_ADMIN`), and the namespace is its own. Never
+   * where the worker shares the host's namespace (Landlock alone), where
+   * it would list the host's interfaces and addresses.
+   *
+   * @default {false}
+   */
+  routeNetlink?: boolean;
 }
 
 /**
@@ -246,7 +262,7 @@ export function seccompArch(nodeArch: string): SeccompArch | undefined {
  */
 export function seccompDenials(
   permissions: ResolvedPermissions,
-  options: Pick<SeccompFilterOptions, "pathMetadata"> = {},
+  options: Pick<SeccompFilterOptions, "pathMetadata" | "routeNetlink"> = {},
 ): SeccompDenial[] {
   const list: SeccompDenial[] = ALWAYS_DENIED.map(([name]) => ({
     name,
@@ -255,7 +271,13 @@ export function seccompDenials(
   }));
   const socket = socketRule(permissions);
   if (socket === "none") {
-    list.push({ name: "socket", errno: "EPERM", when: "always" });
+    list.push({
+      name: "socket",
+      errno: "EPERM",
+      when: options.routeNetlink === true
+        ? "but for routing netlink (AF_NETLINK, NETLINK_ROUTE; a network namespace of its own)"
+        : "always",
+    });
   } else if (socket === "tcp") {
     list.push({
       name: "socket",
@@ -299,7 +321,8 @@ export function seccompDenials(
  *
  * Sockets: without `net`, `socket()` fails for every family (bubblewrap's
  * empty network namespace and Landlock's TCP rules are then backed by a
- * refusal of UDP and raw sockets too); with `net` scopes, only TCP stream
+ * refusal of UDP and raw sockets too), routing netlink excepted in a
+ * network namespace of the worker's own (`routeNetlink`); with `net` scopes, only TCP stream
  * sockets are allowed (`AF_INET`, `AF_INET6`, protocol 0 or `IPPROTO_TCP`:
  * Landlock's port rules cover no other protocol, MPTCP and SCTP included),
  * and sending with `MSG_FASTOPEN` is refused (it connects without
@@ -365,7 +388,16 @@ export function seccompFilter(
   emit(RET_K, 0, 0, RET_ALLOW);
   // socket(domain, ...).
   const socket = socketRule(permissions);
-  if (socket === "none") {
+  if (socket === "none" && options.routeNetlink === true) {
+    // socket(AF_NETLINK, any type, NETLINK_ROUTE); else EPERM.
+    emit(JEQ_K, 0, 6, SOCKET[arch]);
+    emit(LD_W_ABS, 0, 0, DATA_ARG0);
+    emit(JEQ_K, 0, 3, AF_NETLINK);
+    emit(LD_W_ABS, 0, 0, dataArg(2));
+    emit(JEQ_K, 0, 1, NETLINK_ROUTE);
+    emit(RET_K, 0, 0, RET_ALLOW);
+    deny(EPERM);
+  } else if (socket === "none") {
     emit(JEQ_K, 0, 1, SOCKET[arch]);
     deny(EPERM);
   } else if (socket === "tcp") {

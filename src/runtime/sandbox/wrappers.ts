@@ -218,7 +218,11 @@ function bwrapSeccomp(
   }
   try {
     return {
-      file: seccompFile(seccompFilter(options.permissions), options.onExit),
+      // bubblewrap gives a worker without net a network namespace of its own.
+      file: seccompFile(
+        seccompFilter(options.permissions, { routeNetlink: true }),
+        options.onExit,
+      ),
       shell: SHELL,
     };
   } catch (error: unknown) {
