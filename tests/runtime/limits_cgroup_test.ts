@@ -36,7 +36,8 @@ after(() => dir[Symbol.dispose]());
 /**
  * A cgroup v2 hierarchy simulated by plain files: control files are files
  * the test writes first, a group is a directory, removing a group removes
- * its files unless its cgroup.procs lists a process (as the kernel refuses).
+ * its files unless it holds a group or its cgroup.procs lists a process (as
+ * the kernel refuses).
  */
 function treeFs(): CgroupFs {
   return {
@@ -47,7 +48,12 @@ function treeFs(): CgroupFs {
       writeFileSync(`${path}/memory.swap.max`, "max");
     },
     rmdir: (path) => {
-      if (readFileSync(`${path}/cgroup.procs`, "utf8").trim() !== "") {
+      const groups = readdirSync(path, { withFileTypes: true })
+        .filter((entry) => entry.isDirectory());
+      if (
+        groups.length > 0 ||
+        readFileSync(`${path}/cgroup.procs`, "utf8").trim() !== ""
+      ) {
         throw Object.assign(new Error("busy"), { code: "EBUSY" });
       }
       rmSync(path, { recursive: true });
@@ -197,6 +203,23 @@ describe("cgroup v1 backend (against a tree in a temporary directory)", () => {
     assert.equal(group.remove(), true);
     assert.equal(existsSync(memoryProcs), false);
     assert.equal(group.remove(), true);
+  });
+
+  test("cgroupV1(): one copy of airlock closing leaves another copy's worker groups in the shared parent group", () => {
+    const memory = dir.join("v1-two-memory");
+    const pids = dir.join("v1-two-pids");
+    mkdirSync(memory);
+    mkdirSync(pids);
+    const fs = treeFs();
+    const one = cgroupV1({ memory, pids }, treeContext(fs));
+    const two = cgroupV1({ memory, pids }, treeContext(fs));
+    const group = one.create({ memoryBytes: 2 ** 27, processes: 16 });
+    // Made, not yet joined: the start that made it is on its way.
+    two.close();
+    for (const procs of group.join) assert.equal(existsSync(procs), true);
+    one.close();
+    assert.deepEqual(readdirSync(memory), []);
+    assert.deepEqual(readdirSync(pids), []);
   });
 });
 

@@ -113,18 +113,28 @@ export function cgroupV1(
     : parentGroup(context, dirs.pids);
   let count = 0;
   const fs = context.fs;
+  // The worker groups this copy made and has not removed: another copy of
+  // airlock in this process (a second isolate, a second install) shares the
+  // parent's group, and its workers' groups are not this copy's to remove.
+  const live = new Set<string[]>();
   return {
     version: 1,
     close() {
+      for (const dirs of live) {
+        for (const dir of dirs) {
+          try {
+            fs.rmdir(dir);
+          } catch {
+            // Still holds a process: a later parent removes it.
+          }
+        }
+      }
       for (const group of [memory, pids]) {
         if (group === undefined) continue;
         try {
-          for (const child of fs.list(group)) {
-            if (/^w\d+$/.test(child)) fs.rmdir(`${group}/${child}`);
-          }
           fs.rmdir(group);
         } catch {
-          // A worker's group still holds a process: a later parent removes it.
+          // It still holds a group: a later parent, or the last copy, removes it.
         }
       }
     },
@@ -212,6 +222,7 @@ export function cgroupV1(
       throw error;
     }
     let removed = false;
+    live.add(made);
     return {
       join: made.map((group) => `${group}/cgroup.procs`),
       oomKills: () => {
@@ -241,7 +252,11 @@ export function cgroupV1(
           return undefined;
         }
       },
-      remove: () => removed ||= removeMade(),
+      remove: () => {
+        removed ||= removeMade();
+        if (removed) live.delete(made);
+        return removed;
+      },
     };
   }
 }
