@@ -15,10 +15,12 @@ import {
   parseNetTarget,
 } from "../../src/runtime/sandbox/net/targets.ts";
 import {
+  MAX_CONCURRENT_LOOKUPS,
   NET_CONNECTION_CHANNEL,
   type NetConnectionEvent,
   startNetBroker,
 } from "../../src/runtime/sandbox/net/broker.ts";
+import { forwarderCommand } from "../../src/runtime/sandbox/net/sandbox_net.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
 import { until, within } from "../_helpers/wait.ts";
@@ -143,12 +145,17 @@ describe("the broker and the forwarder", () => {
 
   /**
    * A broker for `scopes` and a forwarder process in front of it, listening
-   * on the host's loopback at `127.80.0.50 + index` for each scope (outside
+   * on the host's loopback at `127.80.0.<first + index>` for each scope (outside
    * a sandbox the sandbox's own addresses would clash with the host's).
    */
   async function start(
     scopes: string[],
-    lookup: (host: string) => { address: string; family: number }[],
+    lookup: (
+      host: string,
+    ) =>
+      | { address: string; family: number }[]
+      | Promise<{ address: string; family: number }[]>,
+    first = 50,
   ) {
     const layout = netLayout(scopes);
     if ("problem" in layout) throw new Error(layout.problem);
@@ -159,7 +166,7 @@ describe("the broker and the forwarder", () => {
     });
     await broker.listening;
     const listeners = layout.targets.map((target, index) => ({
-      address: `127.80.0.${50 + index}`,
+      address: `127.80.0.${first + index}`,
       port: target.port,
       target: target.scope,
     }));
@@ -349,5 +356,69 @@ describe("the broker and the forwarder", () => {
     } finally {
       for (const socket of sockets) socket.destroy();
     }
+  });
+
+  test("resolves at most MAX_CONCURRENT_LOOKUPS names at once, one lookup per name at a time", async () => {
+    let running = 0;
+    let most = 0;
+    const asked: string[] = [];
+    // Each lookup takes 100 ms: the 40 connections over 8 brokers' names
+    // would hold 40 resolver threads at once without the bound.
+    const slow = async (host: string) => {
+      asked.push(host);
+      running++;
+      most = Math.max(most, running);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      running--;
+      return [{ address: "127.0.0.1", family: 4 }];
+    };
+    const nets = [];
+    try {
+      for (let i = 0; i < 8; i++) {
+        nets.push(await start([`localhost:${echoPort}`], slow, 100 + i));
+      }
+      const before = events.length;
+      const bytes = new TextEncoder().encode("ping");
+      const echoes = nets.flatMap((net) =>
+        Array.from({ length: 5 }, () => {
+          const [listener] = net.listeners;
+          assert.ok(listener);
+          return exchange(listener.address, listener.port, bytes);
+        })
+      );
+      const back = await within(Promise.all(echoes), 30_000, "40 echoes");
+      for (const answer of back) assert.deepEqual(answer, bytes);
+      await until(
+        () => events.length - before >= 40,
+        10_000,
+        "the 40 connections' events",
+      );
+      const mine = events.slice(before);
+      assert.equal(mine.filter((e) => e.refused !== undefined).length, 0);
+      assert.ok(
+        most <= MAX_CONCURRENT_LOOKUPS,
+        `${most} lookups ran at once (at most ${MAX_CONCURRENT_LOOKUPS})`,
+      );
+      assert.ok(
+        asked.length < 40,
+        `${asked.length} lookups for 40 connections: one per name at a time`,
+      );
+    } finally {
+      for (const net of nets) await net[Symbol.asyncDispose]();
+    }
+  });
+});
+
+describe("forwarderCommand()", () => {
+  test("a Bun forwarder reads and writes no transpiler cache, as the confine step", () => {
+    const layout = netLayout(["db.internal:5432"]);
+    assert.ok("listeners" in layout);
+    const bun = forwarderCommand(
+      { runtime: "bun", binary: "/usr/bin/bun" },
+      layout,
+      undefined,
+    );
+    assert.equal(bun.env.BUN_RUNTIME_TRANSPILER_CACHE_PATH, "0");
+    assert.equal(bun.env.HOME, undefined, "nothing else of the parent's");
   });
 });

@@ -51,6 +51,50 @@ export const NET_CONNECT_TIMEOUT_MS = 10_000;
 const MAX_HEADER_BYTES = 512;
 
 /**
+ * The most name lookups the brokers of this process run at once, for all
+ * workers together. `node:dns` `lookup` is libc's getaddrinfo on a thread
+ * (libuv's pool of 4 under Node, threads of its own under Deno and Bun): a
+ * worker opening its 256 connections to names that resolve slowly would
+ * otherwise hold that many threads, and the parent's own file I/O waits
+ * behind them under Node's pool. Lookups of one name a worker asks for at
+ * the same time are one lookup.
+ */
+export const MAX_CONCURRENT_LOOKUPS = 4;
+
+/**
+ * How long a connection may wait for its name to resolve, queued behind
+ * other lookups included; past it the connection is refused (the lookup
+ * itself goes on, holding its place, until libc gives up).
+ */
+export const NET_LOOKUP_TIMEOUT_MS = 10_000;
+
+/** The lookups running now and those waiting for a place, process-wide. */
+const lookupSlots: { running: number; waiting: (() => void)[] } = {
+  running: 0,
+  waiting: [],
+};
+
+/** Runs `lookup(host)` once a place among {@linkcode MAX_CONCURRENT_LOOKUPS} is free. */
+async function inLookupSlot(
+  lookup: NetLookup,
+  host: string,
+): ReturnType<NetLookup> {
+  if (lookupSlots.running >= MAX_CONCURRENT_LOOKUPS) {
+    await new Promise<void>((resolve) => lookupSlots.waiting.push(resolve));
+  } else {
+    lookupSlots.running++;
+  }
+  try {
+    return await lookup(host);
+  } finally {
+    // The place passes to the next waiter, or is given back.
+    const next = lookupSlots.waiting.shift();
+    if (next !== undefined) next();
+    else lookupSlots.running--;
+  }
+}
+
+/**
  * The message of {@linkcode NET_CONNECTION_CHANNEL}: one per connection a
  * sandboxed worker opened through its forwarder, published when it ends
  * (or is refused).
@@ -174,7 +218,20 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
   const targets = new Map<string, NetTarget>(
     options.layout.targets.map((target) => [target.scope, target]),
   );
-  const lookup = options.lookup ?? defaultLookup;
+  const lookupName = options.lookup ?? defaultLookup;
+  /** The lookups of this worker in progress, by name: one per name at once. */
+  const resolving = new Map<string, ReturnType<NetLookup>>();
+  const lookup: NetLookup = (host) => {
+    const shared = resolving.get(host);
+    if (shared !== undefined) return shared;
+    const found = inLookupSlot(lookupName, host);
+    resolving.set(host, found);
+    found.then(
+      () => resolving.delete(host),
+      () => resolving.delete(host),
+    );
+    return found;
+  };
   const connectTimeoutMs = options.connectTimeoutMs ?? NET_CONNECT_TIMEOUT_MS;
   let pid: number | undefined;
   let closed = false;
@@ -268,14 +325,27 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
       );
     }
     let addresses: string[] | { refused: string };
+    let lookupTimer: ReturnType<typeof setTimeout> | undefined;
     try {
-      addresses = await addressesOf(target, lookup);
+      addresses = await Promise.race([
+        addressesOf(target, lookup),
+        new Promise<{ refused: string }>((resolve) => {
+          lookupTimer = setTimeout(() =>
+            resolve({
+              refused: `cannot resolve "${target.host}" within ${
+                NET_LOOKUP_TIMEOUT_MS / 1000
+              } s`,
+            }), NET_LOOKUP_TIMEOUT_MS);
+        }),
+      ]);
     } catch (error: unknown) {
       addresses = {
         refused: `cannot resolve "${target.host}": ${
           error instanceof Error ? error.message : String(error)
         }`,
       };
+    } finally {
+      clearTimeout(lookupTimer);
     }
     if ("refused" in addresses) {
       return refuse(target.scope, target, addresses.refused, rest.byteLength);

@@ -137,7 +137,9 @@ export function forwarderCommand(
   }
   return {
     argv: [runner.binary, "--no-env-file", "--config=/dev/null", entry, spec],
-    env: { NO_COLOR: "1" },
+    // As for the confine step (confine_wrapper.ts): its code is never read
+    // from, or written to, a transpiler cache a worker could reach.
+    env: { NO_COLOR: "1", BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" },
   };
 }
 
