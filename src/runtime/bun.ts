@@ -32,6 +32,8 @@ interface BunSubprocess {
   kill(signal?: string | number): void;
   ref(): void;
   unref(): void;
+  /** Every descriptor; those past stderr are numbers (`"pipe"`: the parent's end). */
+  readonly stdio: readonly unknown[];
 }
 
 interface BunGlobal {
@@ -41,9 +43,7 @@ interface BunGlobal {
     options: {
       env: Record<string, string>;
       cwd: string;
-      stdin: "pipe";
-      stdout: "pipe";
-      stderr: "pipe";
+      stdio: ["pipe", "pipe", "pipe", ...("pipe")[]];
       detached: boolean;
     },
   ): BunSubprocess;
@@ -317,15 +317,44 @@ function gatedStream(
   return new GatedStream(native, gate);
 }
 
+/**
+ * Writes the bytes of a spawn's descriptor 3 to the parent's end and closes
+ * it (`SpawnRequest.extraInput`: a few KiB, within the socket's buffer, so
+ * the write does not wait on the child). A child gone before reading them
+ * fails its start on its own.
+ */
+function writeExtraInput(fd: unknown, bytes: Uint8Array): void {
+  const meta = import.meta as unknown as {
+    require(id: "node:fs"): {
+      writeSync(fd: number, bytes: Uint8Array, offset: number): number;
+      closeSync(fd: number): void;
+    };
+  };
+  if (typeof fd !== "number") return;
+  const fs = meta.require("node:fs");
+  try {
+    let offset = 0;
+    while (offset < bytes.byteLength) {
+      offset += fs.writeSync(fd, bytes, offset);
+    }
+  } catch {
+    // The child closed it: its start fails and says why.
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function spawnBun(request: SpawnRequest): ChildHandle {
+  const extra = request.extraInput;
   const child = bun().spawn([...request.argv], {
     env: { ...request.env },
     cwd: request.cwd,
-    stdin: "pipe",
-    stdout: "pipe",
-    stderr: "pipe",
+    stdio: extra === undefined
+      ? ["pipe", "pipe", "pipe"]
+      : ["pipe", "pipe", "pipe", "pipe"],
     detached: true,
   });
+  if (extra !== undefined) writeExtraInput(child.stdio[3], extra);
   const pid = child.pid;
   const gate = readGate();
   let gone = false;

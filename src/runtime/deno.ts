@@ -14,12 +14,16 @@ import type {
 } from "./types.ts";
 import { serialWriter } from "./_write_queue.ts";
 import { COPY_READ_BYTES, READ_BYTES } from "./chunk_reader.ts";
+import { spawn } from "./node_builtins.ts";
 
 const encoder = new TextEncoder();
 
 function spawnDeno(request: SpawnRequest): ChildHandle {
   const [program, ...args] = request.argv;
   if (program === undefined) throw new TypeError("Cannot spawn: empty argv");
+  if (request.extraInput !== undefined) {
+    return spawnWithInput(program, args, request, request.extraInput);
+  }
   const child = new Deno.Command(program, {
     args,
     env: { ...request.env },
@@ -82,6 +86,163 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
       } catch {
         // Reaped, and `status` not settled yet: Deno throws BadResource.
         // Nothing is left to keep alive.
+      }
+    },
+  };
+}
+
+/** The parts of a `node:child_process` stream the handle below uses. */
+interface NodeStream {
+  on(event: string, listener: (...args: never[]) => void): unknown;
+  pause(): unknown;
+  resume(): unknown;
+  destroy(): unknown;
+  ref?(): unknown;
+  unref?(): unknown;
+}
+
+/** A web stream over a `node:child_process` output, read as it is pulled. */
+function webStream(readable: NodeStream): ReadableStream<Uint8Array> {
+  let done = false;
+  return new ReadableStream<Uint8Array>({
+    start(controller) {
+      readable.on("data", (chunk: Uint8Array) => {
+        if (done) return;
+        controller.enqueue(chunk);
+        if ((controller.desiredSize ?? 1) <= 0) readable.pause();
+      });
+      readable.on("end", () => {
+        if (!done) (done = true, controller.close());
+      });
+      readable.on("close", () => {
+        if (!done) (done = true, controller.close());
+      });
+      readable.on("error", (error: Error) => {
+        if (!done) (done = true, controller.error(error));
+      });
+    },
+    pull() {
+      readable.resume();
+    },
+    cancel() {
+      done = true;
+      readable.destroy();
+    },
+  });
+}
+
+/** The shell {@linkcode spawnWithInput} starts the command through. */
+const SHELL = "/bin/sh";
+
+/** The variable that carries the command to that shell. */
+const SPAWN_ARGV_ENV = "AIRLOCK_SPAWN_ARGV";
+
+/** The shell's script: take the command, forget the variable, become the command. */
+const SPAWN_SCRIPT =
+  `c=$${SPAWN_ARGV_ENV}; unset ${SPAWN_ARGV_ENV}; eval "exec $c"`;
+
+/** One argument, single-quoted for a POSIX shell. */
+function shellQuote(arg: string): string {
+  return `'${arg.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * Spawns through `node:child_process`, the one spawn API of Deno that opens
+ * a descriptor past stderr (`Deno.Command` has none): for a child that reads
+ * bytes on descriptor 3 (`SpawnRequest.extraInput`, the native confine
+ * step). The handle behaves as `spawnDeno`'s.
+ */
+function spawnWithInput(
+  program: string,
+  args: readonly string[],
+  request: SpawnRequest,
+  extraInput: Uint8Array,
+): ChildHandle {
+  if (SPAWN_ARGV_ENV in request.env) {
+    throw new RangeError(
+      `Cannot spawn: the environment holds ${SPAWN_ARGV_ENV}`,
+    );
+  }
+  // Deno's node:child_process rewrites arguments equal to Deno's own binary
+  // (it inserts "run -A ..." as for a `node` command line). The command
+  // reaches a shell in a variable instead, which it removes, then execs:
+  // the spawned pid is the command's, and no argument is ever rewritten.
+  const child = spawn(SHELL, ["-c", SPAWN_SCRIPT], {
+    env: {
+      ...request.env,
+      [SPAWN_ARGV_ENV]: [program, ...args].map(shellQuote).join(" "),
+    },
+    cwd: request.cwd,
+    stdio: ["pipe", "pipe", "pipe", "pipe"],
+    detached: true,
+  });
+  const pid = child.pid;
+  if (pid === undefined) {
+    throw new Error(`Cannot spawn ${JSON.stringify(program)}`);
+  }
+  const [stdin, stdout, stderr, extra] = child.stdio as unknown as [
+    NodeStream & {
+      write(chunk: Uint8Array, done: (error?: Error | null) => void): void;
+      end(): void;
+    },
+    NodeStream,
+    NodeStream,
+    NodeStream & { end(bytes: Uint8Array): void },
+  ];
+  // A child gone early fails these pipes: its exit says why.
+  for (const stream of [stdin, extra]) stream.on("error", () => {});
+  extra.end(extraInput);
+  const exited = new Promise<ExitStatus>((resolve) => {
+    child.on(
+      "exit",
+      (code: number | null, signal: string | null) =>
+        resolve({ code: signal ? null : code, signal: signal ?? null }),
+    );
+    child.on("error", () => resolve({ code: null, signal: null }));
+  });
+  let stdinOpen = true;
+  void exited.then(() => {
+    stdinOpen = false;
+    stdin.destroy();
+  });
+  let referenced = true;
+  return {
+    pid,
+    stdout: webStream(stdout),
+    stderr: webStream(stderr),
+    exited,
+    write: serialWriter((chunk) =>
+      new Promise<void>((resolve, reject) => {
+        if (!stdinOpen) {
+          reject(new Error("Cannot write to worker: it has exited"));
+          return;
+        }
+        stdin.write(chunk, (error) => error ? reject(error) : resolve());
+      })
+    ),
+    closeStdin() {
+      if (!stdinOpen) return;
+      stdinOpen = false;
+      stdin.end();
+    },
+    kill(signal) {
+      try {
+        Deno.kill(-pid, signal);
+      } catch {
+        try {
+          child.kill(signal);
+        } catch {
+          // Already gone.
+        }
+      }
+    },
+    setRef(ref) {
+      if (ref === referenced) return;
+      referenced = ref;
+      for (const handle of [child, stdin, stdout, stderr, extra]) {
+        const target = handle as { ref?(): unknown; unref?(): unknown };
+        if (ref) target.ref?.();
+        else target.unref?.();
       }
     },
   };

@@ -25,6 +25,12 @@ export interface SpawnRequest {
   env: Readonly<Record<string, string>>;
   /** The working directory. */
   cwd: string;
+  /**
+   * Bytes the child reads on its descriptor 3, then end of file (the
+   * native confine step, which bubblewrap makes into a file inside the
+   * sandbox). Omitted: the child has no descriptor 3.
+   */
+  extraInput?: Uint8Array;
 }
 
 /** A spawned child process with piped stdio. */

@@ -69,6 +69,11 @@ const neither: HostFacts = {
   confineStep: step(5),
 };
 const noLandlock: HostFacts = { ...noBwrap, confineStep: step(0) };
+/** The same facts on a machine airlock has a native confine step for. */
+const native = (facts: HostFacts): HostFacts => ({
+  ...facts,
+  nativeStep: true,
+});
 // Landlock is here but refused (its confine step under a write grant).
 const refused = {
   unavailable:
@@ -473,6 +478,47 @@ const cases: Case[] = [
     expect: "error:net",
     says: [/needs the confine step/],
   },
+  // --- which program confines (issue 23 item 3): the native step, an
+  // execve, wherever bubblewrap makes it and no forwarder is started;
+  // else the runtime step. ---
+  ...[deno, bun, command].map((runtime): Case => ({
+    request: { runtime, sandbox: "auto", permissions: readOnly },
+    facts: native(both),
+    expect: "confined:bwrap,landlock+seccomp:step+native",
+  })),
+  {
+    // A kernel without Landlock: the native step installs seccomp alone.
+    request: { runtime: bun, sandbox: "auto", permissions: nothing },
+    facts: native(bwrapSeccompStep),
+    expect: "confined:bwrap+seccomp:step+native",
+  },
+  {
+    // Without bubblewrap nothing makes it: the runtime step.
+    request: { runtime: bun, sandbox: "auto", permissions: nothing },
+    facts: native(landlockAlone),
+    expect: "confined:landlock+seccomp:step",
+  },
+  {
+    // Best effort without bubblewrap: the runtime step too.
+    request: { runtime: bun, sandbox: "auto", permissions: bestEffort },
+    facts: native(neither),
+    expect: "confined:landlock+seccomp:step",
+  },
+  {
+    // A forwarded network: only the runtime step starts its forwarder.
+    request: { runtime: bun, sandbox: "auto", permissions: db },
+    facts: native(both),
+    expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432",
+  },
+  {
+    // No step at all (a compiled program): bubblewrap's seccomp, no native step.
+    request: { runtime: bun, sandbox: "auto", permissions: nothing },
+    facts: native({
+      ...linux,
+      confineStep: { unavailable: "none", refused: false },
+    }),
+    expect: "confined:bwrap+seccomp:bwrap",
+  },
   {
     // Deno without any sandbox: its flags hold the host, as before.
     request: { runtime: deno, sandbox: "none", permissions: db },
@@ -502,7 +548,7 @@ describe("sandboxPlan()", () => {
             plan.net === undefined
               ? ""
               : `+net:${plan.net.targets.map((t) => t.scope).join(",")}`
-          }`
+          }${plan.step?.program === "native" ? "+native" : ""}`
           : "unconfined";
         words = plan.reason;
         if (plan.confined) {

@@ -659,12 +659,25 @@ export function* buildWorkerCommandSteps(
       levels += wrapped.levels ?? 0;
       pidNamespace = wrapped.pidNamespace ?? pidNamespace;
       // What the worker must write reaches every outer sandbox.
+      // An embedded program travels out to the sandbox that makes it
+      // (which hands back its bytes as the spawn's descriptor 3).
+      const extraInput = wrapped.extraInput ?? step.extraInput;
+      const embedded = wrapped.extraInput !== undefined
+        ? undefined
+        : wrapped.embedded ?? step.embedded;
       step = {
         ...wrapped,
         writable: wrapped.writable ?? step.writable ?? [],
         scratch: wrapped.scratch ?? step.scratch ?? [],
+        ...(extraInput === undefined ? {} : { extraInput }),
+        ...(embedded === undefined ? {} : { embedded }),
       };
       yield;
+    }
+    if (step.embedded !== undefined) {
+      throw new Error(
+        `Cannot start worker "${input.label}": no sandbox makes the program ${step.embedded.path}`,
+      );
     }
   } catch (error: unknown) {
     limits.limits.release();
@@ -679,7 +692,12 @@ export function* buildWorkerCommandSteps(
     };
   return {
     module: input.label,
-    spawn: { argv: step.argv, env: step.env, cwd: input.cwd },
+    spawn: {
+      argv: step.argv,
+      env: step.env,
+      cwd: input.cwd,
+      ...(step.extraInput === undefined ? {} : { extraInput: step.extraInput }),
+    },
     local,
     wrappers: wrappers.map((wrapper) => wrapper.name).reverse(),
     sandboxes: wrappers.map((wrapper) => wrapper.name).reverse().filter((

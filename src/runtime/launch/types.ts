@@ -139,6 +139,19 @@ export interface LaunchStep {
    * the process (Deno's web storage). Omitted: none.
    */
   scratch?: readonly string[];
+  /**
+   * A program that exists only as bytes (the native confine step): the
+   * sandbox around the step creates it at `path`, read-only and
+   * executable, from the bytes the spawned process reads on descriptor 3
+   * (`extraInput`). Omitted: none.
+   */
+  embedded?: { readonly path: string; readonly bytes: Uint8Array };
+  /**
+   * Bytes for the spawned process's descriptor 3 (then end of file): how
+   * an `embedded` program reaches the sandbox that creates it, without a
+   * file. Omitted: descriptor 3 is not open.
+   */
+  extraInput?: Uint8Array;
 }
 
 /** What a wrapper made of a step. */

@@ -109,6 +109,15 @@ export interface BwrapOptions {
    */
   seccompFd?: string;
   /**
+   * A program bubblewrap makes inside the sandbox from the bytes it reads
+   * on a descriptor to its end (`--perms 0555 --ro-bind-data FD PATH`):
+   * read-only, executable, in the sandbox's own `/dev` (the native confine
+   * step). Never a file on the host.
+   *
+   * @default {undefined}
+   */
+  embedded?: { fd: string; path: string };
+  /**
    * Descriptors (open in bubblewrap) on the user and pid namespaces the
    * parent's workers share (`pid_namespace.ts`): the worker joins them
    * (`--userns`, `--pidns`) instead of making its own, and bubblewrap
@@ -246,6 +255,12 @@ export interface SandboxedArgvOptions {
    */
   seccompFd?: string;
   /**
+   * A program made from a descriptor's bytes (see {@linkcode BwrapOptions} `embedded`).
+   *
+   * @default {undefined}
+   */
+  embedded?: { fd: string; path: string };
+  /**
    * The forwarded network's arguments (see {@linkcode BwrapOptions} `netArgs`).
    *
    * @default {undefined}
@@ -313,6 +328,7 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
     ...(options.seccompFd === undefined
       ? {}
       : { seccompFd: options.seccompFd }),
+    ...(options.embedded === undefined ? {} : { embedded: options.embedded }),
     ...(options.grants === undefined ? {} : { grants: options.grants }),
     programs: options.programs ?? [],
     ...(options.joinPidNamespace === undefined
@@ -498,6 +514,19 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     if (isStartupVariable(name)) argv.push("--setenv", name, value);
   }
   for (const mount of mounts) argv.push(...mount.args);
+  const embedded = options.embedded;
+  if (embedded !== undefined) {
+    if (
+      !embedded.path.startsWith("/dev/") || embedded.fd === options.seccompFd
+    ) {
+      throw new RangeError(
+        `Cannot embed ${
+          JSON.stringify(embedded.path)
+        } from descriptor ${embedded.fd}: it must lie in /dev, on a descriptor of its own`,
+      );
+    }
+    argv.push("--perms", "0555", "--ro-bind-data", embedded.fd, embedded.path);
+  }
   // Over every other mount (a grant of /etc included), before the root is
   // made read-only (they need their mount points).
   if (options.netArgs !== undefined) argv.push(...options.netArgs);

@@ -73,6 +73,14 @@ export interface BwrapWrapperOptions {
 const SECCOMP_FD = "3";
 
 /**
+ * The descriptor bubblewrap reads an embedded program from: the spawn's
+ * descriptor 3 (`SpawnRequest.extraInput`), which every wrapper outside
+ * passes on. Never with bubblewrap's own seccomp filter (a plan with a
+ * confine step has the step install it).
+ */
+const EMBEDDED_FD = "3";
+
+/**
  * The bubblewrap wrapper: the inner command runs in the sandbox with the
  * inner step's environment (given to bubblewrap, which passes it on; the
  * loader's variables are set inside, see `bwrapEnvironment`) and its
@@ -102,6 +110,9 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
         env: inner.env,
         cwd: options.cwd,
         ...(options.seccomp ? { seccompFd: SECCOMP_FD } : {}),
+        ...(inner.embedded === undefined
+          ? {}
+          : { embedded: { fd: EMBEDDED_FD, path: inner.embedded.path } }),
         ...(options.netArgs ? { netArgs: options.netArgs } : {}),
         ...(options.netLowPorts ? { netLowPorts: true } : {}),
         ...(options.grants ? { grants: options.grants } : {}),
@@ -131,6 +142,9 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
       return {
         argv,
         env: bwrapEnvironment(inner.env),
+        ...(inner.embedded === undefined
+          ? {}
+          : { extraInput: inner.embedded.bytes }),
         readOnly: [options.bwrap],
         mapExit: exitThroughWrapper,
         // bubblewrap forks the worker; in a pid namespace of its own,

@@ -30,6 +30,7 @@ import { BIND_FD_PLACEHOLDER } from "./bwrap.ts";
 import type { GrantPaths } from "./landlock.ts";
 import type { NetLayout } from "./net/targets.ts";
 import { forwarderCommand } from "./net/sandbox_net.ts";
+import { NATIVE_CONFINE_PATH, nativeConfineArgv } from "./native_step.ts";
 
 /** Options of {@linkcode landlockWrapper}. */
 export interface LandlockWrapperOptions {
@@ -75,6 +76,15 @@ export interface LandlockWrapperOptions {
    * @default {undefined}
    */
   forwarder?: NetLayout;
+  /**
+   * The native confine step's bytes (`native_step.ts`), when the plan runs
+   * it instead of the runtime step: the inner step runs through it, and
+   * the sandbox around makes it at {@linkcode NATIVE_CONFINE_PATH}. Never
+   * with a forwarder.
+   *
+   * @default {undefined}
+   */
+  native?: Uint8Array;
 }
 
 /**
@@ -148,6 +158,29 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
       }
       const changes: Record<string, string | null> = {};
       for (const name of Object.keys(options.stepEnv)) changes[name] = null;
+      const native = options.native;
+      if (native !== undefined) {
+        // No runtime starts: no variables of its own, nothing of it to read.
+        const spec = confineSpec({
+          landlockAbi: options.support.landlockAbi,
+          seccomp: options.support.seccomp,
+          pathMetadata: options.alone === true,
+          ...(options.grants ? { grants: options.grants } : {}),
+          permissions: options.permissions,
+          executables: options.executables,
+          readOnly: inner.readOnly,
+          listOnly: inner.listOnly ?? [],
+          cwd: options.cwd,
+          argv: inner.argv,
+          env: {},
+        });
+        return {
+          argv: nativeConfineArgv(NATIVE_CONFINE_PATH, spec),
+          env,
+          readOnly: inner.readOnly,
+          embedded: { path: NATIVE_CONFINE_PATH, bytes: native },
+        };
+      }
       const spec = confineSpec({
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,

@@ -44,6 +44,7 @@ import {
   type SandboxRequest,
 } from "./plan.ts";
 import { seccompArch } from "./seccomp.ts";
+import { nativeConfineElf, RUNTIME_CONFINE_STEP_ENV } from "./native_step.ts";
 
 /** What {@linkcode bwrapUsable} found. */
 export type BwrapUsability =
@@ -415,6 +416,8 @@ export function hostFacts(
     platform: process.platform,
     ...(input.permissions.metadata === "strict" ? { root: runsAsRoot() } : {}),
     bwrap,
+    nativeStep: nativeConfineElf(process.arch) !== undefined &&
+      adapter.env(RUNTIME_CONFINE_STEP_ENV) !== "1",
     confineStep: confineStepFact(
       runner,
       parentEnv,

@@ -142,6 +142,8 @@ export const SANDBOX_MESSAGES = {
   bwrapSeccompArch: (arch: string): string =>
     `no system call table for the architecture "${arch}"`,
   bwrapSeccompShell: (shell: string): string => `${shell} is missing`,
+  nativeStepArch: (arch: string): string =>
+    `airlock has no native confine step for the architecture "${arch}"`,
 
   // --- Network grants by host and port (net/). ---
   netNotByHost: (scopes: readonly string[]): string =>

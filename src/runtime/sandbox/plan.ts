@@ -83,6 +83,15 @@ export interface HostFacts {
   /** The confine step; `undefined` when not looked at (not Linux, or nothing to confine). */
   confineStep: ConfineStepFact | undefined;
   /**
+   * Whether airlock has a native confine step for this machine's
+   * architecture (`native_step.ts`), and it may be used (the
+   * `AIRLOCK_RUNTIME_CONFINE_STEP=1` switch, for tests and measurements,
+   * says no).
+   *
+   * @default {false}
+   */
+  nativeStep?: boolean;
+  /**
    * Whether the worker runs as root (the parent's effective uid is 0, or
    * cannot be told): bubblewrap then binds the host's device nodes
    * (`/dev/null` …) writable, and `/proc`'s entries are the host's, so
@@ -102,6 +111,14 @@ export interface PlannedStep {
   readonly stepEnv: Readonly<Record<string, string>>;
   /** What the kernel offers: the step applies Landlock when `landlockAbi > 0`, and always the seccomp filter. */
   readonly support: Readonly<Pick<ConfineSupport, "landlockAbi" | "seccomp">>;
+  /**
+   * Which program applies it: `"native"`, airlock's static confine program
+   * (an `execve`, no runtime start), where bubblewrap runs around it (it
+   * creates the program from bytes the parent hands it) and no forwarder
+   * is started; else `"runtime"`, `workers/confine.ts` on the runner (it
+   * alone starts a forwarder, and it runs without bubblewrap).
+   */
+  readonly program: "native" | "runtime";
 }
 
 /**
@@ -367,6 +384,7 @@ export function sandboxPlan(
         undefined,
         facts.confineStep,
         undefined,
+        facts.nativeStep,
       );
     }
     return {
@@ -408,6 +426,7 @@ export function sandboxPlan(
       step !== undefined,
       step !== undefined && landlock?.usable === true,
     ),
+    facts.nativeStep,
     request.sharePids === false ? undefined : permissions,
   );
 }
@@ -493,7 +512,7 @@ function netHold(
  */
 export function sharesPidNamespace(
   permissions: ResolvedPermissions,
-  step: PlannedStep | undefined,
+  step: Pick<PlannedStep, "support"> | undefined,
 ): boolean {
   if (step === undefined || step.support.landlockAbi < 6) return false;
   const reachesProc = (scopes: ResolvedPermissions["read"]): boolean =>
@@ -505,10 +524,17 @@ export function sharesPidNamespace(
 function confinedBy(
   reason: string,
   bwrap: string | undefined,
-  step: PlannedStep | undefined,
+  found: Omit<PlannedStep, "program"> | undefined,
   net: NetLayout | undefined,
+  nativeStep: boolean | undefined,
   sharing?: ResolvedPermissions,
 ): SandboxPlan {
+  const step: PlannedStep | undefined = found === undefined ? undefined : {
+    ...found,
+    program: bwrap !== undefined && net === undefined && nativeStep === true
+      ? "native"
+      : "runtime",
+  };
   const backends: SandboxBackend[] = [];
   if (bwrap !== undefined) backends.push("bwrap");
   if (step !== undefined && step.support.landlockAbi > 0) {

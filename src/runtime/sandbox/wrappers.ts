@@ -22,6 +22,7 @@ import { SANDBOX_MESSAGES as SAYS } from "./messages.ts";
 import type { SandboxPlan } from "./plan.ts";
 import { seccompArch, seccompFilter } from "./seccomp.ts";
 import { seccompFile } from "./seccomp_file.ts";
+import { nativeConfineElf } from "./native_step.ts";
 import type { NetBroker } from "./net/broker.ts";
 import { bindsLowPorts, netBwrapArgs } from "./net/sandbox_net.ts";
 
@@ -115,6 +116,9 @@ export function sandboxWrappers(
       executables: options.programs.executables,
       stepEnv: plan.step.stepEnv,
       ...(plan.net === undefined ? {} : { forwarder: plan.net }),
+      ...(plan.step.program === "native"
+        ? { native: nativeElf(options.module) }
+        : {}),
     }));
   }
   // A grant bound from a descriptor (one a worker may swap) keeps a pid
@@ -170,6 +174,23 @@ export function sandboxWrappers(
     }
   }
   return wrappers;
+}
+
+/**
+ * The native confine step of this architecture (the plan names it only
+ * where there is one).
+ *
+ * @throws {PermissionError} when there is none.
+ */
+function nativeElf(module: string): Uint8Array {
+  const elf = nativeConfineElf(process.arch);
+  if (elf === undefined) {
+    throw new PermissionError(SAYS.nativeStepArch(process.arch), {
+      module,
+      permission: "sandbox",
+    });
+  }
+  return elf;
 }
 
 /** The shell that opens the seccomp filter (or the shared namespaces) for bubblewrap. */
