@@ -45,6 +45,7 @@ interface NodeProcessLike {
   readonly execPath: string;
   readonly env: Record<string, string | undefined>;
   exit(code: number): never;
+  cwd(): string;
 }
 
 function bunGlobal(): BunLike | undefined {
@@ -216,7 +217,21 @@ export function spawnPiped(
 export async function runQuiet(
   argv: string[],
   env?: Record<string, string>,
+  extraInput?: Uint8Array,
 ): Promise<number> {
+  if (extraInput !== undefined) {
+    // Descriptor 3 carries bytes: only airlock's adapter spawns so.
+    const { detect } = await import("../../src/runtime/detect.ts");
+    const child = detect().spawn({
+      argv,
+      env: env ?? {},
+      cwd: nodeProcess().cwd(),
+      extraInput,
+    });
+    child.closeStdin();
+    await Promise.all([child.stdout.cancel(), child.stderr.cancel()]);
+    return (await child.exited).code ?? -1;
+  }
   const bun = bunGlobal();
   if (bun) {
     return await bun.spawn(argv, {

@@ -29,6 +29,11 @@ export interface BareCommand {
   env: Record<string, string>;
   /** The wrappers around the runtime, outermost first. */
   wrappers: readonly string[];
+  /**
+   * The bytes of the spawn's descriptor 3 (the native confine step, which
+   * bubblewrap makes into a file): spawn it with airlock's adapter.
+   */
+  extraInput?: Uint8Array;
   /** Ends the use of the shared pid namespace the command joins, if any. */
   release(): void;
 }
@@ -119,10 +124,14 @@ export async function wrappedBareCommand(
       release,
     };
   }
+  // The native confine step (or no step) ends with the worker's command.
   return {
     argv: bareRuntime(argv, empty),
     env: { ...command.spawn.env },
     wrappers: command.wrappers,
     release,
+    ...(command.spawn.extraInput === undefined
+      ? {}
+      : { extraInput: command.spawn.extraInput }),
   };
 }

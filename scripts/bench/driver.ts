@@ -553,13 +553,13 @@ async function start(config: DriverConfig): Promise<unknown> {
     const bareMs = performance.now() - t;
     t = performance.now();
     check(
-      await runQuiet(wrapped.argv, wrapped.env) === 0,
+      await runQuiet(wrapped.argv, wrapped.env, wrapped.extraInput) === 0,
       `a bare start under ${wrapped.wrappers.join(", ")} exits 0`,
     );
     const wrappedMs = performance.now() - t;
     t = performance.now();
     check(
-      await runQuiet(unlimited, wrapped.env) === 0,
+      await runQuiet(unlimited, wrapped.env, wrapped.extraInput) === 0,
       "a bare start without the limits step exits 0",
     );
     const unlimitedMs = performance.now() - t;
