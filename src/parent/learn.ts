@@ -577,23 +577,43 @@ export async function learnPermissions(
 
   let runs = 0;
   const all = new Set<string>();
-  // The sandboxed runs of a Deno worker keep the audit on (a Deno parent's
-  // pipe, as in step 1): it records the checks Deno refused too, the ones a
-  // library swallows and falls back from (detect-libc reads /usr/bin/ldd
-  // when /proc/self/exe is refused, then lists the interfaces).
-  const confinedAudit = runtime === "deno" && detect().name === "deno";
+  // The sandboxed runs of a Deno worker keep the audit on (on the worker's
+  // stderr pipe under a Deno parent, as in step 1): it records the checks
+  // Deno refused too, the ones a library swallows and falls back from
+  // (detect-libc reads /usr/bin/ldd when /proc/self/exe is refused, then
+  // lists the interfaces). A Bun parent's worker stderr is a socket: there
+  // the audit goes to a file in a directory of the run's own, granted for
+  // writing to that run only (never to the suggestion).
+  const auditToFile = detect().name !== "deno";
   let lastAudit: string[] = [];
   const attempt = async (candidate: readonly Entry[]): Promise<unknown> => {
     runs++;
     const lines: string[] = [];
     lastAudit = lines;
+    const permissions = permissionsOf(candidate, all);
+    const auditDir = runtime === "deno" && auditToFile
+      ? mkdtempSync(join(tmpdir(), "airlock-learn-"))
+      : undefined;
     try {
       await using worker = await session(module, {
         ...common,
-        permissions: permissionsOf(candidate, all),
-        ...(confinedAudit
+        permissions: auditDir === undefined || permissions.write === true
+          ? permissions
+          : {
+            ...permissions,
+            write: [
+              ...(Array.isArray(permissions.write) ? permissions.write : []),
+              auditDir,
+            ],
+          },
+        ...(runtime === "deno"
           ? {
-            env: { ...options.env, DENO_AUDIT_PERMISSIONS: "/dev/stderr" },
+            env: {
+              ...options.env,
+              DENO_AUDIT_PERMISSIONS: auditDir === undefined
+                ? "/dev/stderr"
+                : join(auditDir, "audit.jsonl"),
+            },
             onStderr: (line: string) => {
               if (line.startsWith('{"v":')) lines.push(line);
             },
@@ -612,6 +632,18 @@ export async function learnPermissions(
       return undefined;
     } catch (error: unknown) {
       return error ?? new Error("the calls failed");
+    } finally {
+      if (auditDir !== undefined) {
+        try {
+          lines.push(
+            ...readFileSync(join(auditDir, "audit.jsonl"), "utf8").split("\n")
+              .filter((line) => line.startsWith('{"v":')),
+          );
+        } catch {
+          // No audit written (the worker did not start).
+        }
+        rmSync(auditDir, { recursive: true, force: true });
+      }
     }
   };
   const outOfRuns = (why: unknown) =>

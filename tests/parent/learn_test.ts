@@ -16,7 +16,7 @@ import {
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { fixture } from "../_helpers/files.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
-import { testOn } from "../_helpers/runtime.ts";
+import { RUNTIME } from "../_helpers/runtime.ts";
 import { needsWorkers } from "../_helpers/tools.ts";
 
 checkNoLeaks();
@@ -136,25 +136,32 @@ describe("learnPermissions()", needsWorkers("deno"), () => {
     },
   );
 
-  testOn(
-    "deno",
-    "learnPermissions() from a parent with the README's minimum flags finds what lmdb's native code needs",
+  test(
+    RUNTIME === "deno"
+      ? "learnPermissions() from a parent with the README's minimum flags finds what lmdb's native code needs"
+      : "learnPermissions() from a Bun parent finds what lmdb's native code needs on Deno",
+    needsWorkers("deno"),
     async () => {
-      const data = join(dir, "lmdb");
+      const data = join(dir, `lmdb-${RUNTIME}`);
       mkdirSync(join(data, "db"), { recursive: true });
-      const deno = join(root, "node_modules", ".bin", "deno");
+      const parent = fileURLToPath(fixture("learn_parent.ts"));
+      // A Bun parent's worker stderr is a socket: the sandboxed runs' audit
+      // goes to a file there.
+      const [program, args] = RUNTIME === "deno"
+        ? [join(root, "node_modules", ".bin", "deno"), [
+          "run",
+          "--allow-run",
+          "--allow-read",
+          "--allow-env",
+          parent,
+          data,
+        ]]
+        : [process.execPath, [parent, data]];
       const result = await new Promise<{ code: number; out: string }>(
         (resolve) =>
           execFile(
-            deno,
-            [
-              "run",
-              "--allow-run",
-              "--allow-read",
-              "--allow-env",
-              fileURLToPath(fixture("learn_parent.ts")),
-              data,
-            ],
+            program,
+            args,
             { timeout: 240_000, env: { ...process.env, NO_COLOR: "1" } },
             (error, stdout, stderr) =>
               resolve({
