@@ -49,10 +49,14 @@ function record<T extends { module: string }>(
     const event = message as T;
     if (event.module === MODULE) events.push(event);
   };
-  dc.subscribe(name, listener);
+  // Held, as docs/observability.md advises: Bun drops a channel nothing
+  // refers to, and its subscribers with it (in a process of its own, before
+  // airlock first looked its channels up, this one lost its events).
+  const channel = dc.channel(name);
+  channel.subscribe(listener);
   return {
     events,
-    [Symbol.dispose]: () => void dc.unsubscribe(name, listener),
+    [Symbol.dispose]: () => void channel.unsubscribe(listener),
   };
 }
 

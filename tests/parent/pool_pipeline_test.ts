@@ -115,7 +115,9 @@ describe("pool() pipelining (in memory)", () => {
     using _rt = runtime();
     await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
     await p.whoami();
-    const slow = p.delay(300, "slow");
+    // Long enough to be seen running beside the next one on a loaded
+    // machine (at 300 ms the wait below failed once at load 20).
+    const slow = p.delay(1_500, "slow");
     // Written ahead with a deadline shorter than the call before it.
     const quick = p.call("add", [2, 3], { timeoutMs: 200 });
     await until(

@@ -317,9 +317,10 @@ describe("streams in pools and oneShot", () => {
 
   test("session() a stream awaited as a whole restarts timeoutMs with every message", async () => {
     await using s = await session<W>(worker, captureLog());
-    // 12 values 100 ms apart: 1.2 s in all, never 300 ms without a value.
-    const all = await s.call("slow", [12, 100], { timeoutMs: 300 });
-    assert.deepEqual(all, Array.from({ length: 12 }, (_, i) => i));
+    // 10 values 200 ms apart: 2 s in all, twice the timeout, and never
+    // 1 s without a value (800 ms to spare for a loaded machine).
+    const all = await s.call("slow", [10, 200], { timeoutMs: 1_000 });
+    assert.deepEqual(all, Array.from({ length: 10 }, (_, i) => i));
   });
 
   test("pool() proxy streams before any worker started", async () => {
@@ -378,7 +379,9 @@ describe("streams in pools and oneShot", () => {
       const event = message as { pid: number; module: string };
       if (event.module.includes("stream_worker")) starts.push(event.pid);
     };
-    dc.subscribe("airlock:worker:start", onStart);
+    // Held: Bun drops a channel nothing refers to, with its subscribers.
+    const channel = dc.channel("airlock:worker:start");
+    channel.subscribe(onStart);
     try {
       for await (const item of fresh.withPid(4)) {
         seen.push(item.i);
@@ -386,7 +389,7 @@ describe("streams in pools and oneShot", () => {
         assert.ok(ours().length <= 1, "at most one process");
       }
     } finally {
-      dc.unsubscribe("airlock:worker:start", onStart);
+      channel.unsubscribe(onStart);
     }
     assert.deepEqual(seen, [0, 1, 2, 3]);
     assert.equal(starts.length, 1, `one process started: ${starts}`);

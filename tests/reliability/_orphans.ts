@@ -136,8 +136,8 @@ export async function startOrphanParent(
     let out = "";
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`orphan parent did not report within 60 s: ${stderr}`));
-    }, 60_000);
+      reject(new Error(`orphan parent did not report within 120 s: ${stderr}`));
+    }, 120_000);
     child.stdout.on("data", (data: Uint8Array) => {
       out += new TextDecoder().decode(data);
       const line = out.split("\n").find((l) => l.startsWith("{"));

@@ -29,6 +29,14 @@ const worker = new URL(
 );
 const CALLS = Number(process.env.AIRLOCK_CHAOS_CALLS ?? 2_000);
 const SEED = chaosSeed();
+/**
+ * A chaos run's deadline: a hang, not a slow run. Each worker killed is a
+ * worker start, and the kills come by the clock, so a run on a loaded
+ * machine (both cores busy) takes several times its 20 to 70 s here.
+ */
+const RUN_DEADLINE_MS = 300_000;
+/** The test's own timeout (Bun's is 120 s unless a test sets one). */
+const LONG = { timeout: RUN_DEADLINE_MS + 30_000 };
 
 function chaosOptions(dir: string): ChaosOptions {
   return {
@@ -98,131 +106,148 @@ describe("retries of idempotent ops", needsWorkers(), () => {
 });
 
 describe("chaos", needsWorkers(), () => {
-  test(`session() under ${CALLS} calls, 12 in flight, restarts and workers killed from inside and outside, balances its books`, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
-    try {
-      const s = await session(worker, workerOptions(dir));
-      let report;
+  test(
+    `session() under ${CALLS} calls, 12 in flight, restarts and workers killed from inside and outside, balances its books`,
+    LONG,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
       try {
-        report = await within(
-          runChaos({
-            call: (op, args, options) => {
-              servingPids(s); // notes a new worker as soon as calls reach it
-              return s.call(op, args, options);
-            },
-            pids: () => servingPids(s),
-            disrupt: () => s.restart(),
-          }, chaosOptions(dir)),
-          90_000,
-          "the chaos run",
+        const s = await session(worker, workerOptions(dir));
+        let report;
+        try {
+          report = await within(
+            runChaos({
+              call: (op, args, options) => {
+                servingPids(s); // notes a new worker as soon as calls reach it
+                return s.call(op, args, options);
+              },
+              pids: () => servingPids(s),
+              disrupt: () => s.restart(),
+            }, chaosOptions(dir)),
+            RUN_DEADLINE_MS,
+            "the chaos run",
+          );
+        } finally {
+          await s.close();
+        }
+        const stats = s.stats();
+        console.log(
+          accounting(`session on ${RUNTIME}`, SEED, report, stats.crashed),
         );
+        assert.deepEqual(report.problems.slice(0, 20), []);
+        assert.ok(report.maxInFlight >= 8, `in flight ${report.maxInFlight}`);
+        assert.equal(report.ok + report.crashed, CALLS);
+        assert.ok(report.crashed > 0, "some calls crashed");
+        assert.equal(stats.calls, CALLS);
+        assert.equal(stats.completed, report.ok);
+        assert.equal(stats.failed, report.crashed);
+        assert.ok(stats.crashed > 0);
+        assert.equal(stats.pid, undefined);
       } finally {
-        await s.close();
+        rmSync(dir, { recursive: true, force: true });
       }
-      const stats = s.stats();
-      console.log(
-        accounting(`session on ${RUNTIME}`, SEED, report, stats.crashed),
-      );
-      assert.deepEqual(report.problems.slice(0, 20), []);
-      assert.ok(report.maxInFlight >= 8, `in flight ${report.maxInFlight}`);
-      assert.equal(report.ok + report.crashed, CALLS);
-      assert.ok(report.crashed > 0, "some calls crashed");
-      assert.equal(stats.calls, CALLS);
-      assert.equal(stats.completed, report.ok);
-      assert.equal(stats.failed, report.crashed);
-      assert.ok(stats.crashed > 0);
-      assert.equal(stats.pid, undefined);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    },
+  );
 
-  test(`pool() under ${CALLS} calls, 12 in flight on 2 workers of concurrency 1 with calls written ahead, workers killed from inside and outside: no write runs twice`, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
-    try {
-      // At max with concurrency 1, most calls are written ahead (the default
-      // pipeline, an adaptive window of up to 16): a crash must send back
-      // only those the worker had not started.
-      const p = pool(worker, {
-        ...workerOptions(dir),
-        max: 2,
-        prewarm: 2,
-        concurrency: 1,
-      });
-      let report;
+  test(
+    `pool() under ${CALLS} calls, 12 in flight on 2 workers of concurrency 1 with calls written ahead, workers killed from inside and outside: no write runs twice`,
+    LONG,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
       try {
-        report = await within(
-          runChaos({
-            call: (op, args, options) => p.call(op, args, options),
-            pids: () =>
-              p.stats().perWorker.filter((w) =>
-                !w.retiring && w.calls > w.running
-              ).map((w) => w.pid),
-          }, chaosOptions(dir)),
-          90_000,
-          "the chaos run",
+        // At max with concurrency 1, most calls are written ahead (the default
+        // pipeline, an adaptive window of up to 16): a crash must send back
+        // only those the worker had not started.
+        const p = pool(worker, {
+          ...workerOptions(dir),
+          max: 2,
+          prewarm: 2,
+          concurrency: 1,
+        });
+        let report;
+        try {
+          report = await within(
+            runChaos({
+              call: (op, args, options) => p.call(op, args, options),
+              pids: () =>
+                p.stats().perWorker.filter((w) =>
+                  !w.retiring && w.calls > w.running
+                ).map((w) => w.pid),
+            }, chaosOptions(dir)),
+            RUN_DEADLINE_MS,
+            "the chaos run",
+          );
+        } finally {
+          await p.close();
+        }
+        const stats = p.stats();
+        console.log(
+          accounting(
+            `pipelined pool on ${RUNTIME}`,
+            SEED,
+            report,
+            stats.crashed,
+          ),
         );
+        assert.deepEqual(report.problems.slice(0, 20), []);
+        assert.equal(report.ok + report.crashed, CALLS);
+        assert.ok(report.crashed > 0, "some calls crashed");
+        assert.equal(stats.completed, report.ok);
+        assert.equal(stats.failed, report.crashed);
+        assert.ok(stats.crashed > 0);
+        assert.equal(stats.workers, 0);
+        assert.equal(stats.queued, 0);
       } finally {
-        await p.close();
+        rmSync(dir, { recursive: true, force: true });
       }
-      const stats = p.stats();
-      console.log(
-        accounting(`pipelined pool on ${RUNTIME}`, SEED, report, stats.crashed),
-      );
-      assert.deepEqual(report.problems.slice(0, 20), []);
-      assert.equal(report.ok + report.crashed, CALLS);
-      assert.ok(report.crashed > 0, "some calls crashed");
-      assert.equal(stats.completed, report.ok);
-      assert.equal(stats.failed, report.crashed);
-      assert.ok(stats.crashed > 0);
-      assert.equal(stats.workers, 0);
-      assert.equal(stats.queued, 0);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    },
+  );
 
-  test(`pool() under ${CALLS} calls, 12 in flight on 3 workers, recycling and workers killed from inside and outside, balances its books`, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
-    try {
-      const p = pool(worker, {
-        ...workerOptions(dir),
-        max: 3,
-        concurrency: 4,
-        maxTasksPerWorker: 20,
-      });
-      let report;
+  test(
+    `pool() under ${CALLS} calls, 12 in flight on 3 workers, recycling and workers killed from inside and outside, balances its books`,
+    LONG,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "airlock-chaos-"));
       try {
-        report = await within(
-          runChaos({
-            call: (op, args, options) => p.call(op, args, options),
-            pids: () =>
-              p.stats().perWorker.filter((w) =>
-                !w.retiring && w.calls > w.running
-              ).map((w) => w.pid),
-          }, chaosOptions(dir)),
-          90_000,
-          "the chaos run",
+        const p = pool(worker, {
+          ...workerOptions(dir),
+          max: 3,
+          concurrency: 4,
+          maxTasksPerWorker: 20,
+        });
+        let report;
+        try {
+          report = await within(
+            runChaos({
+              call: (op, args, options) => p.call(op, args, options),
+              pids: () =>
+                p.stats().perWorker.filter((w) =>
+                  !w.retiring && w.calls > w.running
+                ).map((w) => w.pid),
+            }, chaosOptions(dir)),
+            RUN_DEADLINE_MS,
+            "the chaos run",
+          );
+        } finally {
+          await p.close();
+        }
+        const stats = p.stats();
+        console.log(
+          accounting(`pool on ${RUNTIME}`, SEED, report, stats.crashed),
         );
+        assert.deepEqual(report.problems.slice(0, 20), []);
+        assert.ok(report.maxInFlight >= 8, `in flight ${report.maxInFlight}`);
+        assert.equal(report.ok + report.crashed, CALLS);
+        assert.ok(report.crashed > 0, "some calls crashed");
+        assert.equal(stats.completed, report.ok);
+        assert.equal(stats.failed, report.crashed);
+        assert.ok(stats.crashed > 0);
+        assert.ok(stats.recycledBy.tasks > 0);
+        assert.equal(stats.workers, 0);
+        assert.equal(stats.queued, 0);
       } finally {
-        await p.close();
+        rmSync(dir, { recursive: true, force: true });
       }
-      const stats = p.stats();
-      console.log(
-        accounting(`pool on ${RUNTIME}`, SEED, report, stats.crashed),
-      );
-      assert.deepEqual(report.problems.slice(0, 20), []);
-      assert.ok(report.maxInFlight >= 8, `in flight ${report.maxInFlight}`);
-      assert.equal(report.ok + report.crashed, CALLS);
-      assert.ok(report.crashed > 0, "some calls crashed");
-      assert.equal(stats.completed, report.ok);
-      assert.equal(stats.failed, report.crashed);
-      assert.ok(stats.crashed > 0);
-      assert.ok(stats.recycledBy.tasks > 0);
-      assert.equal(stats.workers, 0);
-      assert.equal(stats.queued, 0);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    },
+  );
 });

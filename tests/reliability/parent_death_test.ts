@@ -22,6 +22,12 @@ const TRIALS = Number(process.env.AIRLOCK_PARENT_DEATH_TRIALS ?? 10);
 const DEADLINE_MS = 2_000;
 /** Longer than the idle keep-alive of runtime thread pools (tokio: 10 s). */
 const IDLE_MS = 11_000;
+/**
+ * The tests' own timeout (Bun's is 120 s unless a test sets one): each trial
+ * starts seven workers, two spinning, and the first test took 120 s on Bun
+ * with both cores busy.
+ */
+const LONG = { timeout: 400_000 };
 
 function summary(trials: OrphanTrial[]): string {
   const times = trials.map((t) => t.goneAfterMs).sort((a, b) => a - b);
@@ -78,7 +84,7 @@ async function trials(
 describe("parent death", () => {
   test(
     `a ${RUNTIME} parent SIGKILLed with spinning workers leaves no process behind within 2 s (${TRIALS} trials, with setpriv and bubblewrap), even with workers idle for 11 s or spawned late`,
-    needs("bwrap", "setpriv"),
+    { ...needs("bwrap", "setpriv"), ...LONG },
     async () => {
       let idle: OrphanParent | undefined = await startOrphanParent("late");
       try {
@@ -109,7 +115,7 @@ describe("parent death", () => {
 
   test(
     `a ${RUNTIME} parent without setpriv or sandbox: the worker-side watchdog (and bubblewrap's --die-with-parent alone) end the workers within 2 s`,
-    needs("bwrap"),
+    { ...needs("bwrap"), ...LONG },
     async () => {
       const count = Math.max(1, Math.ceil(TRIALS / 2));
       const done = await trials("fallback", count, {

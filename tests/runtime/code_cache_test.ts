@@ -119,7 +119,9 @@ test(
       assert.equal(error.pid, undefined);
       // The timer kept firing while the start was pending.
       assert.ok(ticks.length >= 5, `${ticks.length} firings`);
-      assert.ok(worst < 1_000, `the event loop was blocked for ${worst} ms`);
+      // Blocked by the warm-up, the loop stood still for its whole 10 s; a
+      // machine with both cores busy delays a timer by up to 2.6 s.
+      assert.ok(worst < 4_000, `the event loop was blocked for ${worst} ms`);
     } finally {
       clearInterval(interval);
     }

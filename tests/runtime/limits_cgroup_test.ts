@@ -354,12 +354,20 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
       pid: process.pid,
       start: "0",
       kill: () => {},
-      alive: () => false,
+      // Only the planted parent is dead: the groups of the other parents on
+      // this machine (test files running beside this one) are left alone.
+      alive: (pid, start) => !(pid === 999_999_999 && start === "1"),
     };
     const other = cgroupV1({ pids }, context);
     await until(() => !existsSync(stale), 10_000, "the stale group removed");
     assert.equal(other.pids, true);
-    REAL_CGROUP_FS.rmdir(`${pids}/airlock-${process.pid}-0`);
+    try {
+      REAL_CGROUP_FS.rmdir(`${pids}/airlock-${process.pid}-0`);
+    } catch (error) {
+      // Already removed as stale by another parent (its start time is not
+      // this process's).
+      if ((error as { code?: string }).code !== "ENOENT") throw error;
+    }
     assert.equal(group.remove(), true);
   });
 });
