@@ -3,17 +3,20 @@
  * pull interface, so that the relay itself (`pump`) is one piece of code:
  * on Deno its own `Deno.listen` / `Deno.connect` (its `node:net` layer cost
  * the relay about 2.7 times the CPU: 480 to 540 ms against 170 to 200 ms
- * per 256 MiB, unix socket to TCP, measured here), on Bun `node:net` (which
- * Bun implements natively). Private to net/.
+ * per 256 MiB, unix socket to TCP, measured here), on Bun its own
+ * `Bun.listen` / `Bun.connect` (its `node:net` layer, streams and events
+ * over the same sockets, cost about twice the CPU per MiB). Private to net/.
  *
  * @module
  */
 
-import type * as Net from "node:net";
-
 /** One connected stream socket. */
 export interface Stream {
-  /** The next bytes (owned by the caller), or `null` at end of stream. */
+  /**
+   * The next bytes, or `null` at end of stream. They are valid until the
+   * next `read()` (a Deno stream reuses its buffer): copy what must be
+   * kept longer.
+   */
   read(): Promise<Uint8Array | null>;
   /** Writes all of `bytes`; resolves once the socket took them (backpressure). */
   write(bytes: Uint8Array): Promise<void>;
@@ -48,16 +51,38 @@ export interface NetIo {
   connectTcp(host: string, port: number, timeoutMs: number): Promise<Stream>;
 }
 
+/**
+ * The read buffer of a Deno stream, allocated once and reused for every
+ * read: a fresh 64 KiB buffer per read (zeroed, then collected) cost the
+ * relay about a third of its CPU (docs/benchmarks.md, the network row).
+ */
 const CHUNK_BYTES = 64 * 1024;
 
 /**
- * How many chunks a `node:net` socket may read ahead of its reader before it
- * is paused (a pause and resume per chunk cost Bun's relay throughput).
+ * The read buffer of a Deno stream once a read brought half of
+ * {@linkcode CHUNK_BYTES} or more (bulk traffic): four times fewer reads and writes, each an
+ * op and an event-loop turn, for the same bytes; about half the relay's
+ * CPU per MiB.
+ */
+const LARGE_CHUNK_BYTES = 256 * 1024;
+
+/**
+ * How many Deno streams of this process may hold a large buffer at once
+ * (16 MiB together); the others keep {@linkcode CHUNK_BYTES}.
+ */
+const LARGE_BUFFERS = 64;
+
+/** The Deno streams holding a large buffer now. */
+let largeBuffers = 0;
+
+/**
+ * How many chunks a Bun socket may read ahead of its reader before it is
+ * paused (a pause and resume per chunk cost Bun's relay throughput).
  */
 const QUEUED_CHUNKS = 8;
 
 /**
- * How many bytes all the `node:net` sockets of this process may hold read
+ * How many bytes all the Bun sockets of this process may hold read
  * ahead of their readers together: past it each pauses after every chunk.
  * Bun hands over chunks of up to about 700 KiB, so eight per stalled
  * connection let a worker that stops reading hold about 5.7 MiB of the
@@ -117,11 +142,27 @@ interface DenoNet {
 
 function denoStream(conn: DenoConn): Stream {
   let closed = false;
+  /** The read buffer, reused: the relay is done with a chunk before it reads again. */
+  let buffer: Uint8Array | undefined;
+  let large = false;
   return {
     async read() {
-      const buffer = new Uint8Array(CHUNK_BYTES);
+      buffer ??= new Uint8Array(CHUNK_BYTES);
       const n = await conn.read(buffer);
-      return n === null ? null : buffer.subarray(0, n);
+      if (n === null) return null;
+      // A read of half the buffer or more: bulk traffic, which larger
+      // reads (fewer ops) carry for less CPU, within the process's budget.
+      if (
+        n >= CHUNK_BYTES / 2 && !large && !closed &&
+        largeBuffers < LARGE_BUFFERS
+      ) {
+        const chunk = buffer.slice(0, n);
+        large = true;
+        largeBuffers++;
+        buffer = new Uint8Array(LARGE_CHUNK_BYTES);
+        return chunk;
+      }
+      return buffer.subarray(0, n);
     },
     async write(bytes) {
       let offset = 0;
@@ -139,6 +180,8 @@ function denoStream(conn: DenoConn): Stream {
     close() {
       if (closed) return;
       closed = true;
+      if (large) largeBuffers--;
+      large = false;
       try {
         conn.close();
       } catch {
@@ -230,153 +273,239 @@ function denoIo(deno: DenoNet): NetIo {
   };
 }
 
-/** A `node:net` socket as a {@linkcode Stream}: paused while nobody reads. */
-function nodeStream(socket: Net.Socket): Stream {
-  const chunks: Uint8Array[] = [];
-  let queued = 0;
-  let ended = false;
-  let failure: Error | undefined;
-  let wake: (() => void) | undefined;
-  const notify = (): void => {
-    const waiting = wake;
-    wake = undefined;
-    waiting?.();
+/** What the relay uses of a Bun socket (`Bun.listen`, `Bun.connect`). */
+interface BunSocket {
+  data: BunState;
+  write(data: Uint8Array): number;
+  shutdown(halfClose?: boolean): void;
+  terminate(): void;
+  pause(): void;
+  resume(): void;
+  setNoDelay(noDelay?: boolean): boolean;
+}
+
+/** A Bun socket's side of a {@linkcode Stream}. */
+interface BunState {
+  chunks: Uint8Array[];
+  queued: number;
+  paused: boolean;
+  ended: boolean;
+  failure: Error | undefined;
+  /** Wakes a read waiting for data. */
+  wake: (() => void) | undefined;
+  /** Wakes a write waiting for the socket to drain. */
+  drained: (() => void) | undefined;
+  closed: boolean;
+}
+
+interface BunNet {
+  listen(
+    options: Record<string, unknown>,
+  ): { stop(closeActive?: boolean): void };
+  connect(options: Record<string, unknown>): Promise<BunSocket>;
+}
+
+function bunState(): BunState {
+  return {
+    chunks: [],
+    queued: 0,
+    paused: false,
+    ended: false,
+    failure: undefined,
+    wake: undefined,
+    drained: undefined,
+    closed: false,
   };
-  socket.on("data", (chunk: Uint8Array) => {
-    chunks.push(chunk);
-    queued += chunk.byteLength;
+}
+
+function wakeBun(state: BunState): void {
+  const read = state.wake;
+  state.wake = undefined;
+  read?.();
+  const write = state.drained;
+  state.drained = undefined;
+  write?.();
+}
+
+/**
+ * The handlers of every Bun socket of the relay: data is queued for the
+ * reader (the socket paused past {@linkcode QUEUED_CHUNKS} chunks, or once
+ * the process holds {@linkcode QUEUED_TOTAL_BYTES} ahead of its readers),
+ * an end or an error wakes it.
+ */
+const BUN_HANDLERS = {
+  binaryType: "uint8array",
+  open(socket: BunSocket) {
+    socket.data ??= bunState();
+  },
+  data(socket: BunSocket, chunk: Uint8Array) {
+    const state = socket.data;
+    state.chunks.push(chunk);
+    state.queued += chunk.byteLength;
     queuedTotal += chunk.byteLength;
-    // Bounded: at most QUEUED_CHUNKS chunks wait for the reader, and one
-    // once the process holds QUEUED_TOTAL_BYTES ahead of its readers.
-    if (chunks.length >= QUEUED_CHUNKS || queuedTotal >= QUEUED_TOTAL_BYTES) {
+    if (
+      !state.paused &&
+      (state.chunks.length >= QUEUED_CHUNKS ||
+        queuedTotal >= QUEUED_TOTAL_BYTES)
+    ) {
+      state.paused = true;
       socket.pause();
     }
-    notify();
-  });
-  socket.on("end", () => {
-    ended = true;
-    notify();
-  });
-  socket.on("error", (error: Error) => {
-    failure = error;
-    notify();
-  });
-  socket.on("close", () => {
-    ended = true;
-    notify();
-  });
-  socket.pause();
+    wakeBun(state);
+  },
+  drain(socket: BunSocket) {
+    wakeBun(socket.data);
+  },
+  end(socket: BunSocket) {
+    socket.data.ended = true;
+    wakeBun(socket.data);
+  },
+  close(socket: BunSocket, error?: Error) {
+    const state = socket.data;
+    if (state === undefined) return;
+    state.ended = true;
+    if (error !== undefined) state.failure ??= error;
+    state.closed = true;
+    wakeBun(state);
+  },
+  error(socket: BunSocket, error: Error) {
+    if (socket.data === undefined) return;
+    socket.data.failure ??= error;
+    wakeBun(socket.data);
+  },
+};
+
+/** A Bun socket as a {@linkcode Stream}. */
+function bunStream(socket: BunSocket): Stream {
+  const state = socket.data;
   return {
     async read() {
       while (true) {
-        const chunk = chunks.shift();
+        const chunk = state.chunks.shift();
         if (chunk !== undefined) {
-          queued -= chunk.byteLength;
+          state.queued -= chunk.byteLength;
           queuedTotal -= chunk.byteLength;
           return chunk;
         }
-        if (failure !== undefined) throw failure;
-        if (ended) return null;
-        const waiting = new Promise<void>((resolve) => (wake = resolve));
-        socket.resume();
+        if (state.failure !== undefined) throw state.failure;
+        if (state.ended) return null;
+        const waiting = new Promise<void>((resolve) => (state.wake = resolve));
+        if (state.paused) {
+          state.paused = false;
+          socket.resume();
+        }
         await waiting;
       }
     },
-    write(bytes) {
-      if (failure !== undefined) return Promise.reject(failure);
-      if (socket.write(bytes)) return Promise.resolve();
-      return new Promise((resolve, reject) => {
-        const done = (): void => {
-          socket.off("drain", done);
-          socket.off("close", done);
-          if (failure !== undefined) reject(failure);
-          else resolve();
-        };
-        socket.once("drain", done);
-        socket.once("close", done);
-      });
+    async write(bytes) {
+      let offset = 0;
+      while (offset < bytes.byteLength) {
+        if (state.failure !== undefined) throw state.failure;
+        const written = socket.write(bytes.subarray(offset));
+        if (written < 0 || state.closed) {
+          throw state.failure ??
+            new Error("Cannot write: the socket is closed");
+        }
+        offset += written;
+        if (offset < bytes.byteLength) {
+          await new Promise<void>((resolve) => (state.drained = resolve));
+        }
+      }
     },
     closeWrite() {
-      return new Promise((resolve) => {
-        if (socket.destroyed) return resolve();
-        socket.end(() => resolve());
-      });
+      try {
+        if (!state.closed) socket.shutdown();
+      } catch {
+        // Closed already.
+      }
+      return Promise.resolve();
     },
     close() {
-      socket.destroy();
+      if (!state.closed) {
+        state.closed = true;
+        try {
+          socket.terminate();
+        } catch {
+          // Closed already.
+        }
+      }
       // What nobody will read leaves the process's total.
-      queuedTotal -= queued;
-      queued = 0;
-      chunks.length = 0;
+      queuedTotal -= state.queued;
+      state.queued = 0;
+      state.chunks.length = 0;
+      wakeBun(state);
     },
   };
 }
 
-function nodeIo(net: typeof Net): NetIo {
-  return {
-    listenUnix(path, onStream) {
-      const server = net.createServer(
-        { allowHalfOpen: true, pauseOnConnect: true },
-        (socket) => onStream(nodeStream(socket)),
-      );
-      return new Promise((resolve, reject) => {
-        server.once("error", reject);
-        server.listen(path, () => {
-          server.off("error", reject);
-          resolve({ close: () => server.close() });
-        });
-      });
-    },
-    listenTcp(host, port, onStream) {
-      const server = net.createServer(
-        { allowHalfOpen: true, pauseOnConnect: true },
-        (socket) => {
-          socket.setNoDelay(true);
-          onStream(nodeStream(socket));
+function bunIo(bun: BunNet): NetIo {
+  const listen = (
+    address: Record<string, unknown>,
+    onStream: (stream: Stream) => void,
+    noDelay: boolean,
+  ): Promise<Listener> => {
+    try {
+      const listener = bun.listen({
+        ...address,
+        allowHalfOpen: true,
+        socket: {
+          ...BUN_HANDLERS,
+          open(socket: BunSocket) {
+            socket.data = bunState();
+            if (noDelay) socket.setNoDelay(true);
+            onStream(bunStream(socket));
+          },
         },
-      );
-      return new Promise((resolve, reject) => {
-        server.once("error", reject);
-        server.listen({ host, port }, () => {
-          server.off("error", reject);
-          resolve({ close: () => server.close() });
-        });
       });
-    },
-    connectUnix(path) {
-      return new Promise((resolve, reject) => {
-        const socket = net.connect({ path, allowHalfOpen: true });
-        socket.once("connect", () => {
-          socket.off("error", reject);
-          resolve(nodeStream(socket));
-        });
-        socket.once("error", reject);
+      let stopped = false;
+      return Promise.resolve({
+        close() {
+          if (stopped) return;
+          stopped = true;
+          listener.stop();
+        },
       });
-    },
-    connectTcp(host, port, timeoutMs) {
-      return new Promise((resolve, reject) => {
-        const socket = net.connect({
-          host,
-          port,
-          allowHalfOpen: true,
-          noDelay: true,
-        });
-        const timer = setTimeout(() => {
-          socket.destroy();
-          reject(new Error(`no answer within ${timeoutMs} ms`));
-        }, timeoutMs);
-        socket.once("connect", () => {
-          clearTimeout(timer);
-          socket.off("error", onError);
-          resolve(nodeStream(socket));
-        });
-        const onError = (error: Error): void => {
-          clearTimeout(timer);
-          socket.destroy();
-          reject(error);
-        };
-        socket.once("error", onError);
-      });
+    } catch (error: unknown) {
+      return Promise.reject(error);
+    }
+  };
+  const connect = async (
+    address: Record<string, unknown>,
+    noDelay: boolean,
+  ): Promise<Stream> => {
+    const socket = await bun.connect({
+      ...address,
+      allowHalfOpen: true,
+      data: bunState(),
+      socket: BUN_HANDLERS,
+    });
+    if (noDelay) socket.setNoDelay(true);
+    return bunStream(socket);
+  };
+  return {
+    listenUnix: (path, onStream) => listen({ unix: path }, onStream, false),
+    listenTcp: (host, port, onStream) =>
+      listen({ hostname: host, port }, onStream, true),
+    connectUnix: (path) => connect({ unix: path }, false),
+    async connectTcp(host, port, timeoutMs) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const connecting = connect({ hostname: host, port }, true);
+      try {
+        return await Promise.race([
+          connecting,
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(
+              () => reject(new Error(`no answer within ${timeoutMs} ms`)),
+              timeoutMs,
+            );
+          }),
+        ]);
+      } catch (error: unknown) {
+        connecting.then((stream) => stream.close(), () => {});
+        throw error;
+      } finally {
+        clearTimeout(timer);
+      }
     },
   };
 }
@@ -384,19 +513,16 @@ function nodeIo(net: typeof Net): NetIo {
 let io: NetIo | undefined;
 
 /**
- * This runtime's sockets: Deno's own on Deno, `node:net` elsewhere.
+ * This runtime's sockets: Deno's own on Deno, Bun's own on Bun.
  *
  * @returns The implementation, made on first use.
+ * @throws {Error} on another runtime.
  */
 export function netIo(): NetIo {
   if (io !== undefined) return io;
-  const global = globalThis as unknown as {
-    Deno?: DenoNet;
-    Bun?: unknown;
-    process: { getBuiltinModule(id: string): unknown };
-  };
-  io = global.Bun === undefined && global.Deno !== undefined
-    ? denoIo(global.Deno)
-    : nodeIo(global.process.getBuiltinModule("node:net") as typeof Net);
+  const global = globalThis as unknown as { Deno?: DenoNet; Bun?: BunNet };
+  if (global.Bun !== undefined) io = bunIo(global.Bun);
+  else if (global.Deno !== undefined) io = denoIo(global.Deno);
+  else throw new Error("Cannot relay: this runtime is neither Deno nor Bun");
   return io;
 }
