@@ -77,20 +77,5 @@ export type { WorkerTransport } from "./src/runtime/launch/transport.ts";
 export { type CustomType, registerType } from "./src/protocol/register_type.ts";
 
 // A program that started itself as a worker (a compiled executable, or
-// AIRLOCK_SELF_EXEC=1) serves the worker module here, and its own main code,
-// which waits for this module, never runs. See docs/operations.md. The
-// worker side loads only then (literal specifiers: `deno compile` and Bun's
-// bundler still include it), so a parent that imports airlock does not pay
-// for it (tests/runtime/import_graph_test.ts).
-import { detect } from "./src/runtime/detect.ts";
-import { selfExecWorker } from "./src/runtime/self_exec.ts";
-
-const selfExec = selfExecWorker();
-if (selfExec) {
-  const [{ installStdoutGuard }, { runWorker }] = await Promise.all([
-    import("./src/worker/stdout_guard.ts"),
-    import("./src/worker/main.ts"),
-  ]);
-  installStdoutGuard();
-  await runWorker(detect(), selfExec.load, selfExec.label);
-}
+// AIRLOCK_SELF_EXEC=1) serves its worker module while this import runs.
+import "./src/runtime/self_exec_boot.ts";

@@ -39,7 +39,7 @@ let startCodeLoading: Promise<StartCode> | undefined;
  * 20 to 45 ms of one block; a part: at most a few ms).
  */
 const START_CODE_PARTS: readonly (() => Promise<unknown>)[] = [
-  () => import("../protocol/frame.ts"),
+  () => import("../protocol/frame_reader.ts"),
   () => import("../protocol/decode_value.ts"),
   () => import("./connection.ts"),
   () => import("../runtime/sandbox/seccomp.ts"),

@@ -6,14 +6,7 @@
  * @module
  */
 
-import type { LogSource } from "./options.ts";
 import type { LogSink } from "./_log_sink.ts";
-
-export type { LogSource };
-// The default sink and its escaping are in _log_sink.ts: option resolution
-// needs them when airlock is imported, the rest of this module only once a
-// worker runs (it loads with the connection).
-export { defaultLogSink, escapeLogLine, type LogSink } from "./_log_sink.ts";
 
 /** Characters of stderr (and stray stdout) kept for crash reports. */
 export const STDERR_TAIL_BYTES = 8 * 1024;

@@ -1,8 +1,8 @@
 /**
  * The default log sink and the escaping of a worker's log line for the
- * parent's terminal. Apart from _log.ts (which re-exports them) so that
- * option resolution, which picks the default sink when airlock is imported,
- * does not load the rest. Private to src/parent.
+ * parent's terminal (option resolution picks the default sink when airlock
+ * is imported; the rest of a worker's log, _log.ts, loads with its
+ * connection). Private to src/parent.
  *
  * @module
  */

@@ -8,7 +8,7 @@
  */
 
 import { AirlockError, WorkerStartError } from "../errors.ts";
-import type { ConnectionExit } from "./connection.ts";
+import type { ConnectionExit } from "./_exit.ts";
 import type { ResolvedPoolOptions, ResolvedWorkerOptions } from "./options.ts";
 import { shareFaults } from "./_faults.ts";
 import {

@@ -11,11 +11,10 @@ import {
   WorkerStartError,
   WorkerTimeoutError,
 } from "../errors.ts";
-import { FrameReader } from "../protocol/frame.ts";
+import { FrameReader } from "../protocol/frame_reader.ts";
 import {
   CONTROL_ID,
   decodeMessage,
-  encodeMessage,
   type EndMessage,
   type ErrorMessage,
   type HelloMessage,
@@ -25,6 +24,7 @@ import {
   type ResultMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
+import { encodeMessage } from "../protocol/encode_message.ts";
 import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ResolvedPermissions } from "../runtime/permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
@@ -51,7 +51,8 @@ import {
   type Truncation,
 } from "./_exit.ts";
 import { startError } from "./_start_error.ts";
-import { type LogSink, WorkerLog } from "./_log.ts";
+import { WorkerLog } from "./_log.ts";
+import type { LogSink } from "./_log_sink.ts";
 import { describeValue, toRemoteError } from "./_remote_error.ts";
 import type { HintContext } from "./_hints.ts";
 import { registerWorker, unregisterWorker } from "./_registry.ts";
@@ -62,10 +63,6 @@ import {
   type StreamCarrier,
   streamOf,
 } from "./_stream.ts";
-
-export { crashError } from "./_exit.ts";
-export type { ConnectionExit } from "./_exit.ts";
-export type { LogSink, LogSource } from "./_log.ts";
 
 /**
  * How long a worker whose call timed out has to answer the liveness check

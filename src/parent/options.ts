@@ -10,7 +10,7 @@
 import { availableParallelism } from "../runtime/node_builtins.ts";
 import type { RuntimeName } from "../runtime/types.ts";
 import type { LauncherOption } from "../runtime/launch/transport.ts";
-import type { LogSink } from "./_log.ts";
+import type { LogSink } from "./_log_sink.ts";
 import type {
   PermissionsOption,
   ResolvedPermissions,

@@ -64,7 +64,6 @@ import {
 } from "./_shapes.ts";
 import { customTypeByName } from "./register_type.ts";
 
-export { DECODE_BASE_BYTES, DECODE_BYTES_PER_FRAME_BYTE };
 import { buildError } from "./wire_error.ts";
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });

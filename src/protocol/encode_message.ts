@@ -1,6 +1,6 @@
 /**
- * Encoding the protocol's messages into frames: the half of messages.ts
- * (which re-exports all of this) that does not load the decoder. A parent
+ * Encoding the protocol's messages into frames, apart from messages.ts so
+ * that it does not load the decoder. A parent
  * encodes its calls from the start and loads the decoding with its first
  * worker's connection (src/parent/_launch.ts), so importing airlock does not
  * load the decoder. Pure: no I/O. See docs/PROTOCOL.md.
@@ -8,7 +8,8 @@
  * @module
  */
 
-import { type CrossingDirection, encodeValue } from "./encode_value.ts";
+import { encodeValue } from "./encode_value.ts";
+import type { CrossingDirection } from "./_refusal.ts";
 import { FRAME_HEADER_BYTES, frameInPlace } from "./frame_header.ts";
 import type { Message } from "./messages.ts";
 

@@ -23,7 +23,6 @@ import {
   refuseObject,
 } from "./_refusal.ts";
 
-export type { CrossingDirection };
 import {
   LITTLE_ENDIAN,
   MAX_DEPTH,

@@ -1,8 +1,8 @@
 /**
  * The frame header (magic, version, payload length, head length) and the
- * writing of frames: the half of frame.ts (which re-exports all of this)
- * without the reader, so a parent that has not started a worker yet does
- * not load the reader. Pure: no I/O, no globals. See docs/PROTOCOL.md.
+ * writing of frames; the reading is in frame_reader.ts, which a parent
+ * loads only once a worker runs. Pure: no I/O, no globals. See
+ * docs/PROTOCOL.md.
  *
  * @module
  */

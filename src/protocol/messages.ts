@@ -1,7 +1,7 @@
 /**
- * The messages of the protocol (message version 3: version 1 plus streams
- * and progress in 2, `limit` in 3), a discriminated union on `type`, with their encoding into
- * frames (encode_message.ts, re-exported here) and their checked decoding.
+ * The messages of the protocol, a discriminated union on `type`, and their
+ * checked decoding (their encoding into frames is encode_message.ts, which
+ * does not load the decoder).
  * Pure: no I/O. See docs/PROTOCOL.md.
  *
  * @module
@@ -9,17 +9,7 @@
 
 import { ProtocolError } from "../errors.ts";
 import { decodeValue } from "./decode_value.ts";
-import type { Frame } from "./frame.ts";
-
-// The encoding half lives in encode_message.ts, which does not load the
-// decoder: a parent encodes its calls from the start, and decodes only once
-// a worker answers (its connection loads on the first start).
-export {
-  DEFAULT_STREAM_WINDOW_BYTES,
-  DEFAULT_STREAM_WINDOW_ITEMS,
-  encodeMessage,
-  type EncodeMessageOptions,
-} from "./encode_message.ts";
+import type { Frame } from "./frame_header.ts";
 
 /** The request id reserved for control messages. */
 export const CONTROL_ID = 0;
@@ -29,7 +19,7 @@ export const CONTROL_ID = 0;
  * (`items`, `end`, `credit`) and `progress` to version 1; 3 adds `limit`
  * (a worker of version 3 honours it); 4 adds `ping`/`pong` (the liveness
  * check) and `dropped` (a cancelled call that never started). The frame
- * layout has its own version (`PROTOCOL_VERSION` in frame.ts, still 1).
+ * layout has its own version (`PROTOCOL_VERSION` in frame_header.ts, still 1).
  */
 export const MESSAGE_VERSION = 5;
 /** The oldest message version a parent accepts in a hello. */

@@ -4,9 +4,9 @@
  * binary and no airlock source files on disk to start `workers/entry.ts`
  * with, so the executable starts itself again with an environment marker
  * naming the worker module. `mod.ts`, which the program imports before its
- * own main code runs, sees the marker, serves that module, and never lets the
- * program's main code run (a top-level `await` that does not settle until
- * the worker process exits).
+ * own main code runs, sees the marker (in `self_exec_boot.ts`), serves that
+ * module, and never lets the program's main code run (a top-level `await`
+ * that does not settle until the worker process exits).
  *
  * This file holds what both sides share (the marker, the mode, the depth)
  * and the worker side: {@linkcode selfExecWorker} reads and clears the

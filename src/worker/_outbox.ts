@@ -6,7 +6,8 @@
  * @module
  */
 
-import { encodeMessage, type Message } from "../protocol/messages.ts";
+import type { Message } from "../protocol/messages.ts";
+import { encodeMessage } from "../protocol/encode_message.ts";
 import type { RuntimeAdapter, WorkerStdio } from "../runtime/types.ts";
 
 /** The worker's stdout (messages) and stderr (notes about them). */

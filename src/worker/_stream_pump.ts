@@ -7,13 +7,13 @@
  * @module
  */
 
+import type { CallMessage } from "../protocol/messages.ts";
 import {
-  type CallMessage,
   DEFAULT_STREAM_WINDOW_BYTES,
   DEFAULT_STREAM_WINDOW_ITEMS,
   encodeMessage,
-} from "../protocol/messages.ts";
-import { FRAME_HEADER_BYTES } from "../protocol/frame.ts";
+} from "../protocol/encode_message.ts";
+import { FRAME_HEADER_BYTES } from "../protocol/frame_header.ts";
 import type { Outbox } from "./_outbox.ts";
 
 /** Most values in one `items` message. */

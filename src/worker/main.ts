@@ -6,7 +6,7 @@
  * @module
  */
 
-import { encodeMessage } from "../protocol/messages.ts";
+import { encodeMessage } from "../protocol/encode_message.ts";
 import { CONTROL_ID } from "../protocol/messages.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import { isWorkerDefinition } from "./define_worker.ts";

@@ -8,16 +8,16 @@
  * @module
  */
 
-import { FrameReader } from "../protocol/frame.ts";
+import { FrameReader } from "../protocol/frame_reader.ts";
 import {
   type CallMessage,
   CONTROL_ID,
   decodeMessage,
-  encodeMessage,
   type Message,
   MESSAGE_VERSION,
 } from "../protocol/messages.ts";
-import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame.ts";
+import { encodeMessage } from "../protocol/encode_message.ts";
+import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/frame_header.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
 import type { CallContext, WorkerDefinition } from "./define_worker.ts";
 import { Outbox } from "./_outbox.ts";

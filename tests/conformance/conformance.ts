@@ -66,13 +66,13 @@ import {
 } from "../../mod.ts";
 import type { PermissionsOption } from "../../mod.ts";
 import type { LogSource } from "../../types.ts";
-import { FrameReader } from "../../src/protocol/frame.ts";
+import { FrameReader } from "../../src/protocol/frame_reader.ts";
 import {
   decodeMessage,
-  encodeMessage,
   type Message,
   MESSAGE_VERSION,
 } from "../../src/protocol/messages.ts";
+import { encodeMessage } from "../../src/protocol/encode_message.ts";
 import { isAlive } from "../_helpers/processes.ts";
 import { skipUnless } from "../_helpers/tools.ts";
 import { rejection, until, within } from "../_helpers/wait.ts";

@@ -8,8 +8,9 @@
  */
 
 import fc from "fast-check";
-import { FRAME_MAGIC } from "../../src/protocol/frame.ts";
-import { encodeMessage, type Message } from "../../src/protocol/messages.ts";
+import { FRAME_MAGIC } from "../../src/protocol/frame_header.ts";
+import type { Message } from "../../src/protocol/messages.ts";
+import { encodeMessage } from "../../src/protocol/encode_message.ts";
 
 const Float16 = (globalThis as {
   Float16Array?: new (

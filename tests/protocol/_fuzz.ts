@@ -28,12 +28,14 @@ import { ProtocolError } from "../../src/errors.ts";
 import { decodeValue } from "../../src/protocol/decode_value.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
 import {
+  FrameReader,
+  type FrameReaderEnd,
+} from "../../src/protocol/frame_reader.ts";
+import {
   type Frame,
   FRAME_HEADER_BYTES,
   FRAME_MAGIC,
-  FrameReader,
-  type FrameReaderEnd,
-} from "../../src/protocol/frame.ts";
+} from "../../src/protocol/frame_header.ts";
 import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
 import {
   amplifierArb,

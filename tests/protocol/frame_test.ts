@@ -2,20 +2,17 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { ProtocolError } from "../../src/errors.ts";
+import { FrameReader } from "../../src/protocol/frame_reader.ts";
 import {
   DEFAULT_MAX_FRAME_BYTES,
   type Frame,
   FRAME_HEADER_BYTES,
   FRAME_MAGIC,
-  FrameReader,
   MAX_FRAME_BYTES_LIMIT,
   writeFrameHeader,
-} from "../../src/protocol/frame.ts";
-import {
-  decodeMessage,
-  encodeMessage,
-  type Message,
-} from "../../src/protocol/messages.ts";
+} from "../../src/protocol/frame_header.ts";
+import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
+import { encodeMessage } from "../../src/protocol/encode_message.ts";
 import { chunkReader } from "../../src/runtime/chunk_reader.ts";
 import {
   concat,

@@ -3,12 +3,9 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { ProtocolError } from "../../src/errors.ts";
 import { encodeValue } from "../../src/protocol/encode_value.ts";
-import {
-  decodeMessage,
-  encodeMessage,
-  type Message,
-} from "../../src/protocol/messages.ts";
-import { FRAME_HEADER_BYTES } from "../../src/protocol/frame.ts";
+import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
+import { encodeMessage } from "../../src/protocol/encode_message.ts";
+import { FRAME_HEADER_BYTES } from "../../src/protocol/frame_header.ts";
 import { concat, difference, messageArb } from "./_arbitraries.ts";
 import { checkMessage, fuzzTargets } from "./_fuzz.ts";
 

@@ -75,7 +75,7 @@ const LOADED_LATER = [
   /^src\/parent\/_hints\.ts$/,
   // The reading side: a parent reads frames only once a worker runs.
   /^src\/protocol\/decode_value\.ts$/,
-  /^src\/protocol\/frame\.ts$/,
+  /^src\/protocol\/frame_reader\.ts$/,
   /^src\/parent\/_log\.ts$/,
 ];
 

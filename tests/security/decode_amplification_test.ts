@@ -9,11 +9,11 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
 import { ProtocolError, session, WorkerCrashedError } from "../../mod.ts";
+import { decodeValue } from "../../src/protocol/decode_value.ts";
 import {
   DECODE_BASE_BYTES,
   DECODE_BYTES_PER_FRAME_BYTE,
-  decodeValue,
-} from "../../src/protocol/decode_value.ts";
+} from "../../src/protocol/_decode_budget.ts";
 import { readRssBytes } from "../../src/runtime/proc.ts";
 import { fixture } from "../_helpers/files.ts";
 import { captureLog } from "../_helpers/log.ts";

@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import process from "node:process";
-import { defaultLogSink, escapeLogLine } from "../../src/parent/_log.ts";
+import { defaultLogSink, escapeLogLine } from "../../src/parent/_log_sink.ts";
 import { fixture } from "../_helpers/files.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";

@@ -8,12 +8,9 @@
 
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { FrameReader } from "../../src/protocol/frame.ts";
-import {
-  decodeMessage,
-  encodeMessage,
-  type Message,
-} from "../../src/protocol/messages.ts";
+import { FrameReader } from "../../src/protocol/frame_reader.ts";
+import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
+import { encodeMessage } from "../../src/protocol/encode_message.ts";
 import { denoMainModule } from "../../src/runtime/launch/deno_command.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
 

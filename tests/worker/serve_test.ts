@@ -10,7 +10,7 @@ import {
   DEFAULT_MAX_FRAME_BYTES,
   FRAME_HEADER_BYTES,
   writeFrameHeader,
-} from "../../src/protocol/frame.ts";
+} from "../../src/protocol/frame_header.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME, testOn } from "../_helpers/runtime.ts";
 import { within } from "../_helpers/wait.ts";

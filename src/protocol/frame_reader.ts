@@ -1,9 +1,8 @@
 /**
- * Framing: a 16-byte header (magic, version, payload length, head length)
- * before each message, and a reader that finds frames in a byte stream,
- * hands bytes that are not frames to a stray-output callback, and checks
- * every claimed length against `maxFrameBytes` before it allocates. The
- * header and the writing of frames are in frame_header.ts, re-exported here.
+ * The frame reader: finds frames (frame_header.ts has their 16-byte header)
+ * in a byte stream, hands bytes that are not frames to a stray-output
+ * callback, and checks every claimed length against `maxFrameBytes` before
+ * it allocates.
  * Pure: no I/O, no globals. See docs/PROTOCOL.md.
  *
  * @module
@@ -15,20 +14,6 @@ import {
   type Frame,
   FRAME_HEADER_BYTES,
   PROTOCOL_VERSION,
-} from "./frame_header.ts";
-
-// The header and the writing side are in frame_header.ts (re-exported
-// here): a parent writes frames from its first call, and reads them only
-// once a worker runs (FrameReader loads with the connection).
-export {
-  DEFAULT_MAX_FRAME_BYTES,
-  type Frame,
-  FRAME_HEADER_BYTES,
-  FRAME_MAGIC,
-  frameInPlace,
-  MAX_FRAME_BYTES_LIMIT,
-  PROTOCOL_VERSION,
-  writeFrameHeader,
 } from "./frame_header.ts";
 
 /** Reads an unsigned 32-bit big-endian integer at `at`. */
