@@ -10,7 +10,14 @@ import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { fixture, scratchDir } from "../_helpers/files.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
-import { needsSandbox } from "../_helpers/tools.ts";
+import { needs, needsSandbox } from "../_helpers/tools.ts";
+import { detect } from "../../src/runtime/detect.ts";
+import { resolveWorkerOptions } from "../../src/parent/_resolve_options.ts";
+import { hostFacts } from "../../src/runtime/sandbox/facts.ts";
+import {
+  nativeConfineElf,
+  RUNTIME_CONFINE_STEP_ENV,
+} from "../../src/runtime/sandbox/native_step.ts";
 
 const root = scratchDir("facts");
 after(() => root[Symbol.dispose]());
@@ -46,4 +53,56 @@ describe("prefetchHostFacts()", () => {
       assert.ok(report.ticks >= 1, `${report.ticks} firings during the probes`);
     },
   );
+});
+
+describe("hostFacts() with bubblewrap", needs("bwrap"), () => {
+  test("hostFacts() takes what the kernel offers from the native step's probe in bubblewrap, with no runtime start", () => {
+    const adapter = detect();
+    const module = join(root.path, "w2.ts");
+    writeFileSync(module, "export default {};\n");
+    const input = resolveWorkerOptions(pathToFileURL(module), {
+      sandbox: "os",
+    }, adapter);
+    const request = {
+      module: input.label,
+      runtime: "bun" as const,
+      sandbox: input.sandbox,
+      permissions: input.permissions,
+      local: true,
+      compiledDeno: false,
+    };
+    // A runtime that cannot start: its probe would fail, the native one runs.
+    const binary = join(root.path, "no-such-runtime");
+    const facts = hostFacts(request, {
+      adapter,
+      input,
+      binary,
+      runtime: "bun",
+    });
+    assert.ok(facts.bwrap !== undefined && "path" in facts.bwrap);
+    assert.equal(
+      facts.nativeStep,
+      nativeConfineElf(process.arch) !== undefined,
+    );
+    if (facts.nativeStep !== true) return;
+    const step = facts.confineStep;
+    assert.ok(step !== undefined && "runner" in step, JSON.stringify(step));
+    assert.equal(step.runner.binary, binary);
+    assert.ok(step.support.landlockAbi >= 0);
+    // Without the native step, that runtime's probe is what answers: it fails.
+    const forced = hostFacts(request, {
+      adapter: {
+        ...adapter,
+        env: (name) =>
+          name === RUNTIME_CONFINE_STEP_ENV ? "1" : adapter.env(name),
+      },
+      input,
+      binary,
+      runtime: "bun",
+    });
+    assert.equal(forced.nativeStep, false);
+    assert.ok(
+      forced.confineStep !== undefined && "unavailable" in forced.confineStep,
+    );
+  });
 });

@@ -27,7 +27,7 @@ import { linuxTool, lookupDenied, runtimeBinary } from "../launch/lookups.ts";
 import type { WorkerCommandInput } from "../launch/types.ts";
 import type { RuntimeAdapter, RuntimeName } from "../types.ts";
 import { isCompiled } from "../self_exec.ts";
-import { bwrapProbeArgv } from "./bwrap.ts";
+import { bwrapArgv, bwrapProbeArgv } from "./bwrap.ts";
 import {
   type ConfineRunner,
   confineStepArgv,
@@ -44,7 +44,11 @@ import {
   type SandboxRequest,
 } from "./plan.ts";
 import { seccompArch } from "./seccomp.ts";
-import { nativeConfineElf, RUNTIME_CONFINE_STEP_ENV } from "./native_step.ts";
+import {
+  NATIVE_CONFINE_PATH,
+  nativeConfineElf,
+  RUNTIME_CONFINE_STEP_ENV,
+} from "./native_step.ts";
 
 /** What {@linkcode bwrapUsable} found. */
 export type BwrapUsability =
@@ -67,6 +71,8 @@ interface ProbeCommand {
   argv: readonly string[];
   env: Record<string, string>;
   cwd?: string;
+  /** Bytes for the probe's stdin (then end of file); omitted: no stdin. */
+  input?: Uint8Array;
 }
 
 /** Runs a probe to its end, blocking (the fallback when nothing prefetched it). */
@@ -74,7 +80,8 @@ function runProbeSync(command: ProbeCommand): ProbeRun {
   const result = spawnSync(command.argv[0] as string, command.argv.slice(1), {
     env: command.env,
     encoding: "utf8",
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: [command.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+    ...(command.input === undefined ? {} : { input: command.input }),
     timeout: PROBE_TIMEOUT_MS,
     ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
   });
@@ -95,9 +102,14 @@ function runProbe(command: ProbeCommand): Promise<ProbeRun> {
     let error: Error | undefined;
     const child = spawn(command.argv[0] as string, command.argv.slice(1), {
       env: command.env,
-      stdio: ["ignore", "pipe", "pipe"],
+      stdio: [command.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
       ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
     });
+    if (command.input !== undefined) {
+      // A probe gone before reading it fails on its own.
+      child.stdin?.on("error", () => {});
+      child.stdin?.end(command.input);
+    }
     const timer = setTimeout(() => child.kill("SIGKILL"), PROBE_TIMEOUT_MS);
     child.stdout?.setEncoding("utf8");
     child.stderr?.setEncoding("utf8");
@@ -165,21 +177,39 @@ function bwrapProbeResult(run: ProbeRun): BwrapUsability {
  * ```
  */
 export function bwrapUsable(bwrap: string): BwrapUsability {
-  return bwrapFact(bwrap, false);
+  return bwrapFact(bwrap, false, undefined);
 }
 
-function bwrapFact(bwrap: string, cachedOnly: boolean): BwrapUsability {
+function bwrapFact(
+  bwrap: string,
+  cachedOnly: boolean,
+  native: Uint8Array | undefined,
+): BwrapUsability {
   const cached = bwrapProbes.get(bwrap);
   if (cached) return cached;
   if (cachedOnly) {
     throw new ProbeNeeded(async () => {
-      const found = bwrapProbeResult(await runProbe(bwrapProbeCommand(bwrap)));
-      if (!bwrapProbes.has(bwrap)) bwrapProbes.set(bwrap, found);
+      const nativeRun = native === undefined
+        ? undefined
+        : await runProbe(nativeProbeCommand(bwrap, native));
+      const found = nativeRun !== undefined && nativeRun.status === 0
+        ? { usable: true as const }
+        : bwrapProbeResult(await runProbe(bwrapProbeCommand(bwrap)));
+      if (bwrapProbes.has(bwrap)) return;
+      bwrapProbes.set(bwrap, found);
+      if (nativeRun !== undefined) noteNativeProbe(bwrap, nativeRun);
     });
   }
-  let found: BwrapUsability;
+  let found: BwrapUsability | undefined;
   try {
-    found = bwrapProbeResult(runProbeSync(bwrapProbeCommand(bwrap)));
+    // One process answers for bubblewrap, the native step's delivery and
+    // the kernel; only a failure asks bubblewrap alone why.
+    if (native !== undefined) {
+      const run = runProbeSync(nativeProbeCommand(bwrap, native));
+      noteNativeProbe(bwrap, run);
+      if (run.status === 0) found = { usable: true };
+    }
+    found ??= bwrapProbeResult(runProbeSync(bwrapProbeCommand(bwrap)));
   } catch (error: unknown) {
     found = {
       usable: false,
@@ -188,6 +218,44 @@ function bwrapFact(bwrap: string, cachedOnly: boolean): BwrapUsability {
   }
   bwrapProbes.set(bwrap, found);
   return found;
+}
+
+/**
+ * What the native confine step's probe answered inside bubblewrap, by
+ * bubblewrap binary: the kernel's support (the step then needs no probe
+ * of its own, a runtime start), or why it failed (the runtime step then
+ * confines, probed as before).
+ */
+const nativeProbes = new Map<string, ConfineSupport>();
+
+function noteNativeProbe(bwrap: string, run: ProbeRun): void {
+  nativeProbes.set(bwrap, stepProbeResult(run));
+}
+
+/**
+ * The native confine step's probe: bubblewrap with a worker's namespaces
+ * makes the step from the bytes on its stdin (as it makes a worker's from
+ * descriptor 3) and runs `--probe` there, so that one process says that
+ * bubblewrap runs, that the file it makes is executable, and what the
+ * kernel offers.
+ */
+function nativeProbeCommand(bwrap: string, elf: Uint8Array): ProbeCommand {
+  return {
+    argv: bwrapArgv({
+      bwrap,
+      runtimeBinary: bwrap,
+      command: [NATIVE_CONFINE_PATH, "--probe"],
+      readOnly: [],
+      read: [],
+      write: [],
+      net: false,
+      env: {},
+      cwd: "/",
+      embedded: { fd: "0", path: NATIVE_CONFINE_PATH },
+    }),
+    env: {},
+    input: elf,
+  };
 }
 
 const stepProbes = new Map<string, ConfineSupport>();
@@ -307,6 +375,8 @@ function realPath(path: string): string {
  * @param parentEnv The parent's environment.
  * @param parentDenoDir The parent's Deno cache directory, when known.
  * @param cachedOnly Only a cached probe answers (a prefetch).
+ * @param known What the kernel offers, when the native step's probe
+ *   inside bubblewrap said it (no runtime step probe then).
  * @returns The fact.
  */
 export function confineStepFact(
@@ -314,6 +384,7 @@ export function confineStepFact(
   parentEnv: Readonly<Record<string, string>>,
   parentDenoDir: string | undefined,
   cachedOnly = false,
+  known?: ConfineSupport,
 ): ConfineStepFact {
   if ("none" in runner) return { unavailable: runner.none, refused: false };
   if (seccompArch(process.arch) === undefined) {
@@ -332,7 +403,7 @@ export function confineStepFact(
       };
     }
   }
-  const support = stepSupport(runner, {
+  const support = known ?? stepSupport(runner, {
     PATH: parentEnv.PATH ?? "/usr/bin:/bin",
     ...stepEnv,
   }, cachedOnly);
@@ -394,11 +465,22 @@ export function hostFacts(
     adapter,
     lookupDenied(input.label, 'bubblewrap ("bwrap")', "sandbox"),
   );
+  const native = process.platform === "linux" &&
+      adapter.env(RUNTIME_CONFINE_STEP_ENV) !== "1"
+    ? nativeConfineElf(process.arch)
+    : undefined;
   let bwrap: BwrapFact = undefined;
   if (found !== undefined) {
-    const usability = bwrapFact(found, options.cachedOnly === true);
+    const usability = bwrapFact(found, options.cachedOnly === true, native);
     bwrap = usability.usable ? { path: found } : { unusable: usability.reason };
   }
+  // The native step's probe inside bubblewrap: its answer, when it ran.
+  const nativeProbe = found === undefined || native === undefined
+    ? undefined
+    : nativeProbes.get(found);
+  const nativeSupport = nativeProbe?.error === undefined
+    ? nativeProbe
+    : undefined;
   if (process.platform !== "linux") {
     return { platform: process.platform, bwrap, confineStep: undefined };
   }
@@ -416,13 +498,16 @@ export function hostFacts(
     platform: process.platform,
     ...(input.permissions.metadata === "strict" ? { root: runsAsRoot() } : {}),
     bwrap,
-    nativeStep: nativeConfineElf(process.arch) !== undefined &&
-      adapter.env(RUNTIME_CONFINE_STEP_ENV) !== "1",
+    // Where its probe failed (a /dev that cannot execute, say), the
+    // runtime step confines alike.
+    nativeStep: native !== undefined &&
+      (nativeProbe === undefined || nativeSupport !== undefined),
     confineStep: confineStepFact(
       runner,
       parentEnv,
       denoCacheMounts(parentEnv)?.denoDir,
       options.cachedOnly === true,
+      nativeSupport,
     ),
   };
 }
