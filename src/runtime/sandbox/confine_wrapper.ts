@@ -165,6 +165,8 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
           landlockAbi: options.support.landlockAbi,
           seccomp: options.support.seccomp,
           pathMetadata: options.alone === true,
+          // As the runtime step's below: a network namespace of its own.
+          routeNetlink: options.alone !== true,
           ...(options.grants ? { grants: options.grants } : {}),
           permissions: options.permissions,
           executables: options.executables,
