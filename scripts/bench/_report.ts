@@ -748,8 +748,33 @@ Whole processes, spawn to exit: \`scripts/bench/first_start.ts\` imports airlock
 
 ${cliSection(view)}`);
   }
+  parts.push(FIGURES_BEHIND_THE_CODE);
   return `${parts.join("\n\n")}\n`;
 }
+
+/**
+ * Measurements that shaped the code, kept here (not in its comments) and
+ * written at the end of every report: they are not this run's.
+ */
+const FIGURES_BEHIND_THE_CODE = `## Figures behind the code
+
+Measurements that shaped a piece of the code, taken once on the 2-core CI machine when the change was made (not by this run). The code's comments name the choice; the figures live here.
+
+| where | choice | figure when measured |
+| --- | --- | --- |
+| \`src/parent/_metrics.ts\` | one clock reading per read of answers, not per answer | \`performance.now()\` ~0.15 µs each on Deno; 64 answers of a read paid 64 |
+| \`src/parent/_deadlines.ts\` | one shared timer for the calls in flight | a timer per call: ~1.6 µs of CPU per call on Deno, a quarter of the parent's work at 64 calls in flight |
+| \`src/parent/_log_sink.ts\` | one write per chunk of log output | a write per line: ~6.5 µs; 4 MiB of empty lines held the parent's event loop 27 s |
+| \`src/parent/_launch.ts\` | the first start's code imported in parts | a whole-graph import: 20 to 45 ms in one block; a part: at most a few ms |
+| \`src/runtime/deno.ts\` | small frames written to stdout synchronously | an async \`Deno.stdout.write\`: ~35 µs per frame; a 71 KB answer arrived 0.15 to 2 ms later under load (issue 16) |
+| \`src/runtime/deno.ts\` | stdin read by a plain async iterator | a pulled \`ReadableStream\`: ~0.8 to 1.2 µs more per chunk |
+| \`src/protocol/_shapes.ts\` | a key sequence compiled after 16 sightings | compiling one: 15 to 250 µs |
+| \`src/protocol/decode_value.ts\` | the \`DataView\` made on first use | a \`DataView\` per message: ~0.15 µs on Deno |
+| \`src/runtime/sha256.ts\`, \`src/runtime/bun_entry.ts\` | no \`node:crypto\` on a parent's first start | its first load: 7 to 10 ms of CPU in one block |
+| \`src/runtime/node_builtins.ts\`, \`src/runtime/bun.ts\` | no \`node:\` import at import time on Deno | Node compatibility on Deno: ~25 ms of CPU at start (measured another time: ~15 ms of start and ~10 MiB) |
+| \`src/worker/serve.ts\` | the call path run once after the hello | without it, ~1.5 ms fell on an idle one-shot spare's first call |
+| \`src/runtime/bun.ts\` | the gated stream class made on first use | Deno's web streams: ~3 ms of a Deno program's start |
+| \`src/runtime/bun_entry.ts\` | the Bun entry bundled minified, in the background | import: 3.6 to 3.7 ms of CPU unminified, 3.1 ms minified; a synchronous build held the parent 40 to 100 ms |`;
 
 interface Bar {
   label: string;

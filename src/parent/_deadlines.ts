@@ -23,8 +23,9 @@ export interface Timed {
 /**
  * The deadlines of the calls one owner holds (a connection's calls in
  * flight), kept on the calls themselves. One shared timer serves them all,
- * armed for the earliest: a timer per call cost ~1.6 µs of CPU per call on
- * Deno (a quarter of the parent's work at 64 calls in flight). The timer is
+ * armed for the earliest: a timer per call was a quarter of the parent's
+ * work at 64 calls in flight (docs/benchmarks.md, "Figures behind the
+ * code"). The timer is
  * unref'd: while calls are pending the connection keeps the child ref'd, so
  * it fires on time. A removed deadline leaves the timer armed; when it fires
  * it finds nothing due. Every call with a deadline here must be among the

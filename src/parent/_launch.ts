@@ -35,8 +35,8 @@ let startCodeLoading: Promise<StartCode> | undefined;
 /**
  * The start code's module graph in parts, in the order it imports them:
  * each part's modules are evaluated in a turn of their own, so the first
- * start's import never holds the event loop long (a whole-graph import:
- * 20 to 45 ms of one block; a part: at most a few ms).
+ * start's import never holds the event loop long (a whole-graph import is
+ * one long block; docs/benchmarks.md, "Figures behind the code").
  */
 const START_CODE_PARTS: readonly (() => Promise<unknown>)[] = [
   () => import("../protocol/frame_reader.ts"),

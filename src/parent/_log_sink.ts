@@ -50,9 +50,9 @@ const SINK_FLUSH_CHARS = 1024 * 1024;
  * The default log sink: each line prefixed with the module and pid
  * (`[db.ts 4242] …`), its terminal controls escaped
  * ({@linkcode escapeLogLine}). The lines of one chunk of output are written
- * together, in one write after the chunk (or once a megabyte is held): a
- * write per line cost ~6.5 µs, so a worker printing 4 MiB of empty lines
- * held the parent's event loop for 27 s.
+ * together, in one write after the chunk (or once a megabyte is held): with
+ * a write per line, a worker printing empty lines held the parent's event
+ * loop for seconds (docs/benchmarks.md, "Figures behind the code").
  *
  * @param write Writes text to the parent's stderr, synchronously.
  * @returns The sink.

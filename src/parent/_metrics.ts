@@ -97,7 +97,8 @@ let readingDepth = 0;
 /**
  * Runs `read` (a connection handing the answers of one read to their
  * calls) with one clock reading for the calls it settles: 64 answers of
- * one read cost one `performance.now()` (~0.15 µs each on Deno), not 64.
+ * one read cost one `performance.now()`, not 64 (docs/benchmarks.md,
+ * "Figures behind the code").
  * Nothing but airlock's own decoding runs meanwhile, except a progress
  * callback, after which the clock is read again
  * ({@linkcode clockMayHaveMoved}).

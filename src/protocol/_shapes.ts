@@ -20,8 +20,9 @@ export const MAX_SHAPE_KEYS = 32;
 const MAX_SHAPES = 256;
 /**
  * A key sequence is compiled once this many objects had it (compiling costs
- * 15-250 µs, which rows repay; a worker sending ever new shapes must not
- * make the parent compile for every few bytes it sends).
+ * far more than decoding one object, which rows repay; a worker sending
+ * ever new shapes must not make the parent compile for every few bytes it
+ * sends).
  */
 const SIGHTINGS_TO_COMPILE = 16;
 /** New shapes one decode may compile. */

@@ -70,7 +70,7 @@ interface BunProcess {
 /**
  * Bun's `process` global. Read only when running on Bun: this file is also
  * loaded on Deno, where a static `node:` import (or touching `process`)
- * starts Node compatibility, which costs ~15 ms of start and ~10 MiB.
+ * starts Node compatibility (a cost in start time and memory).
  */
 function proc(): BunProcess {
   return (globalThis as unknown as { process: BunProcess }).process;
@@ -206,7 +206,7 @@ function readGate(): ReadGateControl {
  * own queue.
  *
  * The class is made on first use: evaluating `extends ReadableStream` makes
- * Deno load its web streams (about 3 ms of a Deno program's start), and
+ * Deno load its web streams (a part of a Deno program's start), and
  * importing airlock on Deno never needs this Bun-only class.
  */
 function gatedStreamClass() {

@@ -94,8 +94,8 @@ interface BunHasher {
 
 /**
  * The SHA-256 of a bundle, in hex: Bun's native hasher on a Bun parent
- * (`node:crypto`'s first load would cost its first start 7 to 10 ms of CPU
- * in one block), `node:crypto` on a Deno parent starting Bun workers.
+ * (`node:crypto`'s first load would hold its first start in one block),
+ * `node:crypto` on a Deno parent starting Bun workers.
  */
 function sha256(bytes: Uint8Array): string {
   const bun = (globalThis as { Bun?: BunHasher }).Bun;
@@ -165,7 +165,7 @@ async function build(
     const child = spawn(
       binary,
       // Minified (names kept, for stacks and error names): its import
-      // costs a Bun worker ~0.5 ms less CPU (3.6-3.7 -> 3.1 ms).
+      // costs a Bun worker less CPU.
       [
         "--config=/dev/null",
         "build",
@@ -326,8 +326,8 @@ function intact(built: BunEntryBundle): boolean {
  * The pre-bundled worker entry for Bun workers run by `binary`, checked
  * against the hash kept in memory. The first call in this process starts the
  * build in the background and returns `undefined` (that worker, and any
- * started before the build ends, runs `entry` itself: a few ms more of its
- * CPU, where a synchronous build held this process ~40-100 ms).
+ * started before the build ends, runs `entry` itself, at a little more CPU,
+ * where a synchronous build held this process in one long block).
  *
  * @param binary The Bun binary the workers run (real path).
  * @param entry The path of `workers/entry.ts`.

@@ -250,11 +250,11 @@ function spawnWithInput(
 
 /**
  * Chunks up to this size are written to stdout synchronously: an async
- * `Deno.stdout.write` runs on a blocking thread, and that hand-off cost
- * ~35 µs per frame (see docs/benchmarks.md), more for a frame larger than
- * the pipe (64 KiB), whose answer reached the parent only after the blocking
- * thread had been woken again (issue 16: a 71 KB answer arrived 0.15 to 2 ms
- * later under load). A chunk larger than the pipe holds the event loop until
+ * `Deno.stdout.write` runs on a blocking thread, a hand-off paid per frame,
+ * and more for a frame larger than the pipe (64 KiB), whose answer reached
+ * the parent only after the blocking thread had been woken again (issue 16;
+ * docs/benchmarks.md, "Figures behind the code"). A chunk larger than the
+ * pipe holds the event loop until
  * the parent has read all but its last pipe-full: the parent reads stdout
  * all the time, and the parent-death watchdog runs on a thread of its own,
  * but a concurrent worker's other handlers wait meanwhile, so only chunks up
@@ -266,8 +266,8 @@ const SYNC_WRITE_BYTES = 256 * 1024;
 /**
  * Stdin as chunks, read with `Deno.stdin.read` by a plain async iterator:
  * cheaper per chunk than `Deno.stdin.readable`'s byte stream, and than a
- * pulled `ReadableStream` (~0.8-1.2 µs less per chunk on Deno, which a round
- * trip of one call pays once per call). Every chunk handed out is its own
+ * pulled `ReadableStream` (a cost a round trip of one call pays once per
+ * call). Every chunk handed out is its own
  * memory, never written again (the frame reader keeps views on it).
  */
 function stdinChunks(): AsyncIterable<Uint8Array> {

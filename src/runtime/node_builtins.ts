@@ -2,9 +2,10 @@
  * The Node built-ins airlock's parent side uses, loaded on first use.
  *
  * On Deno, the first `node:` import (or touching the `process` global)
- * starts Node compatibility, which costs a Deno process about 25 ms of CPU
- * at start; a static `node:` import anywhere in `mod.ts`'s graph made every
- * program that imports airlock pay it, whether it starts a worker or not.
+ * starts Node compatibility, a cost at start (docs/benchmarks.md, "Figures
+ * behind the code"); a static `node:` import anywhere in `mod.ts`'s graph
+ * made every program that imports airlock pay it, whether it starts a
+ * worker or not.
  * These bindings have the built-ins' names and types and load the module
  * (`process.getBuiltinModule`, on both runtimes) the first time one of them
  * is called, so only the paths that use them pay. `process.platform` and

@@ -2,9 +2,8 @@
  * SHA-256 (FIPS 180-4) in plain TypeScript, for the names
  * airlock derives from short keys (the code cache's directory, the seccomp
  * program's file). `node:crypto` would do the same, but its first load
- * costs a Deno or Bun parent 7 to 10 ms of CPU in one block, on its first
- * worker start (issue 23 item 4); these keys are a few hundred bytes to a
- * few kB, hashed in microseconds here.
+ * holds a Deno or Bun parent in one block on its first worker start (issue
+ * 23 item 4); these keys are a few hundred bytes to a few kB.
  *
  * @module
  */
