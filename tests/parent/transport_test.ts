@@ -9,6 +9,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  oneShot,
   PermissionError,
   pool,
   session,
@@ -462,6 +463,28 @@ describe("launcher: a programmatic transport", needs("python3"), () => {
       error?.message ?? "",
       new RegExp(`launcher 0 \\("bridge 127.0.0.1:${port}", set aside`),
     );
+  });
+
+  test("oneShot() runs each call through a transport, a spare included", async () => {
+    const bridge = await startBridge();
+    const log = freshLog();
+    try {
+      const fresh = oneShot<ConformanceWorker>(PYTHON_ENTRY, {
+        launcher: bridgeTransport(bridge.port, log),
+        command: COMMAND,
+        spares: 1,
+        onStderr: () => {},
+      });
+      assert.equal(await fresh.add(1, 2), 3);
+      assert.equal(await fresh.add(3, 4), 7);
+      assert.ok(log.starts >= 2, "a worker per call, through the transport");
+      await within(fresh.close(), 15_000, "close()");
+      for (const pid of log.pids) {
+        await until(() => !isAlive(pid), 10_000, `far worker ${pid} to exit`);
+      }
+    } finally {
+      await bridge.kill();
+    }
   });
 
   test("pool() refuses maxRssBytes behind a transport", () => {
