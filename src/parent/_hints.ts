@@ -76,7 +76,7 @@ export function accessHint(
       if (typeof current !== "object" || current === null) return undefined;
       const fields = readFields(current);
       const hint = notCapableHint(fields) ?? interfacesHint(fields, context) ??
-        errnoHint(fields, context);
+        bindingsHint(fields, context) ?? errnoHint(fields, context);
       if (hint !== undefined) return hint;
       current = Object.getOwnPropertyDescriptor(current, "cause")?.value;
     }
@@ -145,6 +145,46 @@ function interfacesHint(
     !fields.stack.includes("networkInterfaces")
   ) return undefined;
   return "the OS sandbox refused the socket that lists the network interfaces (os.networkInterfaces(), which process.report.getReport() calls: detect-libc does, for lmdb and @libsql/client): listing them needs permissions.net: true here (inside bubblewrap a worker without net lists its own loopback; under Landlock alone, or with net scopes, it would list the host's)";
+}
+
+/** The `bindings` package's failure when it cannot see its package root. */
+const BINDINGS_ROOT = /^Could not find module root given file: "([^"]+)"/;
+
+/**
+ * The add-on loader `bindings` (hnswlib-node and many node-gyp add-ons)
+ * looks for its package's root with `fs.accessSync` from the add-on's
+ * path and swallows the refusal: a missing read grant on the package (or,
+ * on Deno, `sys: ["uid"]`, which Deno's `accessSync` asks for) reads
+ * `Could not find module root given file: "…". Do you have a package.json
+ * file?`.
+ */
+function bindingsHint(
+  fields: ErrorFields,
+  context: HintContext,
+): string | undefined {
+  if (typeof fields.message !== "string") return undefined;
+  const match = BINDINGS_ROOT.exec(fields.message);
+  if (!match) return undefined;
+  const file = match[1]!;
+  const dir = /^(.*\/node_modules\/(?:@[^/]+\/)?[^/]+)\//.exec(file)?.[1] ??
+    file.slice(0, Math.max(file.lastIndexOf("/"), 1));
+  const why =
+    'the add-on loader "bindings" looks for its package\'s root with fs.accessSync, and a refusal reads as no package.json';
+  const absolute = resolvePath(dir, context.cwd);
+  if (absolute === undefined) return undefined;
+  const sys = context.permissions.sys;
+  const uid = sys === true || sys.includes("uid");
+  if (!covers(context.permissions.read, absolute, context.cwd)) {
+    return `${why}: grant permissions.read: [${JSON.stringify(absolute)}]${
+      uid
+        ? ""
+        : ' (a Deno worker also needs permissions.sys: ["uid"], which accessSync asks for)'
+    }`;
+  }
+  if (!uid) {
+    return `${why}: a Deno worker needs permissions.sys: ["uid"] for it (accessSync asks for the uid)`;
+  }
+  return undefined;
 }
 
 /** An errno failure on a path (or host) the grants do not cover. */

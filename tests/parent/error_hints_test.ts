@@ -13,7 +13,10 @@ import {
   grantInHint,
   type HintContext,
 } from "../../src/parent/_hints.ts";
-import type { ResolvedPermissions } from "../../src/runtime/permissions.ts";
+import {
+  type ResolvedPermissions,
+  resolvePermissions,
+} from "../../src/runtime/permissions.ts";
 import {
   findPython,
   PYTHON_ENTRY,
@@ -239,6 +242,34 @@ describe("error hints", () => {
       accessHint(denied, context({ sandboxed: false })),
       undefined,
     );
+  });
+
+  test("accessHint() names the package read (and sys uid) for bindings' missing module root", () => {
+    // hnswlib-node's loader on Deno: fs.accessSync refused, swallowed.
+    const lost = new Error(
+      'Could not find module root given file: "/srv/node_modules/hnswlib-node/lib/index.js". Do you have a `package.json` file? ',
+    );
+    const hint = accessHint(lost, context()) ?? "";
+    assert.deepEqual(grantInHint(hint), {
+      kind: "read",
+      value: "/srv/node_modules/hnswlib-node",
+    });
+    assert.match(hint, /sys: \["uid"\]/);
+    const withRead = resolvePermissions(
+      { read: ["./node_modules/hnswlib-node"] },
+      "/srv",
+    );
+    const sysHint = accessHint(lost, context({ permissions: withRead })) ?? "";
+    assert.deepEqual(grantInHint(sysHint), { kind: "sys", value: "uid" });
+    const both = resolvePermissions(
+      { read: ["./node_modules/hnswlib-node"], sys: ["uid"] },
+      "/srv",
+    );
+    assert.equal(accessHint(lost, context({ permissions: both })), undefined);
+    const uidOnly = resolvePermissions({ sys: ["uid"] }, "/srv");
+    const readHint = accessHint(lost, context({ permissions: uidOnly })) ?? "";
+    assert.equal(grantInHint(readHint)?.kind, "read");
+    assert.doesNotMatch(readHint, /uid/);
   });
 
   test("grantInHint() reads back the grant every hint names", () => {
