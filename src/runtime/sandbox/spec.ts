@@ -83,6 +83,48 @@ export function encodeConfineSpec(spec: ConfineSpec): string {
 }
 
 /**
+ * Parses a spec's JSON object and checks its version.
+ *
+ * @returns The object, and `fail`, which throws a TypeError naming the spec.
+ */
+function parseSpec(text: string, kind: string): {
+  spec: Record<string, unknown>;
+  fail: (what: string) => never;
+} {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error: unknown) {
+    throw new TypeError(`Invalid ${kind} spec: not JSON`, { cause: error });
+  }
+  const fail = (what: string): never => {
+    throw new TypeError(`Invalid ${kind} spec: ${what}`);
+  };
+  if (typeof value !== "object" || value === null) fail("not an object");
+  const spec = value as Record<string, unknown>;
+  if (spec.v !== CONFINE_SPEC_VERSION) {
+    fail(`version ${JSON.stringify(spec.v)}, expected ${CONFINE_SPEC_VERSION}`);
+  }
+  return { spec, fail };
+}
+
+/** A non-empty list of strings without NUL: a command's argv. */
+function isArgv(value: unknown): value is string[] {
+  return Array.isArray(value) && value.length > 0 &&
+    value.every((arg) => typeof arg === "string" && !arg.includes("\0"));
+}
+
+/** A map of variable names to strings (or null: unset), without NUL. */
+function isEnv(value: unknown): boolean {
+  return typeof value === "object" && value !== null &&
+    !Array.isArray(value) &&
+    Object.entries(value).every(([name, entry]) =>
+      name !== "" && !name.includes("=") && !name.includes("\0") &&
+      (entry === null || (typeof entry === "string" && !entry.includes("\0")))
+    );
+}
+
+/**
  * Decodes and checks the step's argument.
  *
  * @param text The JSON text.
@@ -107,46 +149,22 @@ export function encodeConfineSpec(spec: ConfineSpec): string {
  * ```
  */
 export function decodeConfineSpec(text: string): ConfineSpec {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (error: unknown) {
-    throw new TypeError("Invalid confine spec: not JSON", { cause: error });
-  }
-  const fail = (what: string): never => {
-    throw new TypeError(`Invalid confine spec: ${what}`);
-  };
-  if (typeof value !== "object" || value === null) fail("not an object");
-  const spec = value as Record<string, unknown>;
-  if (spec.v !== CONFINE_SPEC_VERSION) {
-    fail(`version ${JSON.stringify(spec.v)}, expected ${CONFINE_SPEC_VERSION}`);
-  }
+  const { spec, fail } = parseSpec(text, "confine");
   if (typeof spec.cwd !== "string" || !spec.cwd.startsWith("/")) {
     fail("cwd is not an absolute path");
   }
   if (typeof spec.seccomp !== "string") fail("seccomp is not a string");
   const argv = spec.argv;
-  if (
-    !Array.isArray(argv) || argv.length === 0 ||
-    !argv.every((arg) => typeof arg === "string" && !arg.includes("\0"))
-  ) {
-    fail("argv is not a non-empty list of strings");
-  }
+  if (!isArgv(argv)) fail("argv is not a non-empty list of strings");
   const env = spec.env;
-  if (
-    typeof env !== "object" || env === null || Array.isArray(env) ||
-    !Object.entries(env).every(([name, value]) =>
-      name !== "" && !name.includes("=") && !name.includes("\0") &&
-      (value === null || (typeof value === "string" && !value.includes("\0")))
-    )
-  ) fail("env is not a map of variable names to strings or null");
+  if (!isEnv(env)) {
+    fail("env is not a map of variable names to strings or null");
+  }
   const forwarder = spec.forwarder;
   if (forwarder !== undefined) {
     const f = forwarder as Record<string, unknown> | null;
     if (
-      typeof f !== "object" || f === null || !Array.isArray(f.argv) ||
-      f.argv.length === 0 ||
-      !f.argv.every((arg) => typeof arg === "string" && !arg.includes("\0")) ||
+      typeof f !== "object" || f === null || !isArgv(f.argv) ||
       typeof f.env !== "object" || f.env === null ||
       !Object.entries(f.env).every(([name, value]) =>
         name !== "" && !name.includes("=") && typeof value === "string"
@@ -228,27 +246,9 @@ export const BIND_FDS_FLAG = "--bind-fds";
  * ```
  */
 export function decodeBindFdsSpec(text: string): BindFdsSpec {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (error: unknown) {
-    throw new TypeError("Invalid bind-fds spec: not JSON", { cause: error });
-  }
-  const fail = (what: string): never => {
-    throw new TypeError(`Invalid bind-fds spec: ${what}`);
-  };
-  if (typeof value !== "object" || value === null) fail("not an object");
-  const spec = value as Record<string, unknown>;
-  if (spec.v !== CONFINE_SPEC_VERSION) {
-    fail(`version ${JSON.stringify(spec.v)}, expected ${CONFINE_SPEC_VERSION}`);
-  }
+  const { spec, fail } = parseSpec(text, "bind-fds");
   const argv = spec.argv;
-  if (
-    !Array.isArray(argv) || argv.length === 0 ||
-    !argv.every((arg) => typeof arg === "string" && !arg.includes("\0"))
-  ) {
-    fail("argv is not a non-empty list of strings");
-  }
+  if (!isArgv(argv)) fail("argv is not a non-empty list of strings");
   const fds = spec.fds;
   if (
     !Array.isArray(fds) ||
@@ -260,12 +260,8 @@ export function decodeBindFdsSpec(text: string): BindFdsSpec {
     )
   ) fail("fds is not a list of paths and argv slots (after the program)");
   const env = spec.env;
-  if (
-    typeof env !== "object" || env === null || Array.isArray(env) ||
-    !Object.entries(env).every(([name, value]) =>
-      name !== "" && !name.includes("=") && !name.includes("\0") &&
-      (value === null || (typeof value === "string" && !value.includes("\0")))
-    )
-  ) fail("env is not a map of variable names to strings or null");
+  if (!isEnv(env)) {
+    fail("env is not a map of variable names to strings or null");
+  }
   return spec as unknown as BindFdsSpec;
 }
