@@ -16,7 +16,10 @@ import { openTransport } from "../runtime/launch/transport.ts";
 import { buildWorkerCommandYielding } from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
 import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
-import { prefetchHostFacts } from "../runtime/sandbox/facts.ts";
+import {
+  forgetMachineFacts,
+  prefetchHostFacts,
+} from "../runtime/sandbox/facts.ts";
 import { loadStartBuiltins } from "../runtime/node_builtins.ts";
 import { nextTurn } from "../runtime/turns.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
@@ -90,6 +93,12 @@ function startEvents(module: string): ConnectionEvents {
  */
 export const MISSING_SCRIPT: RegExp =
   /can't open file|Module not found|Cannot find module|No such file/;
+
+/** Whether a start failed in a wrapper (bubblewrap, the confine step). */
+function inSandboxWrapper(error: unknown): boolean {
+  return error instanceof WorkerStartError && error.failure === "exited" &&
+    wrapperFailure(error.stderrTail ?? "") !== undefined;
+}
 
 /**
  * Failures a respawn would repeat (and a start that used up its whole
@@ -378,6 +387,10 @@ export async function startWorker(
       conn.kill("the start failed", true);
       await conn.closed;
       lastError = asStartError(error, options, conn);
+      // A sandbox wrapper refused: a probe answer kept on this machine may
+      // be stale (they can only fail starts, never weaken them); the next
+      // start probes again.
+      if (inSandboxWrapper(lastError)) forgetMachineFacts();
       if (isFinal(lastError)) throw lastError;
     }
   }

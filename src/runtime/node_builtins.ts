@@ -33,6 +33,7 @@ interface NodeProcess {
   readonly arch: string;
   readonly env: Record<string, string | undefined>;
   kill(pid: number, signal?: string | number): true;
+  geteuid?(): number;
   getBuiltinModule(id: string): unknown;
   on(event: string, listener: () => void): unknown;
   off(event: string, listener: () => void): unknown;
@@ -234,6 +235,9 @@ export const availableParallelism: typeof Os.availableParallelism = lazy(
   "availableParallelism",
 );
 
+/** `node:os` `release`. */
+export const osRelease: typeof Os.release = lazy(os, "release");
+
 /**
  * `node:os` `constants.signals`.
  *
@@ -267,8 +271,9 @@ const ARCH: Readonly<Record<string, string>> = {
  * `Deno.build` on Deno (Node's names: `"linux"`, `"x64"`), so reading them
  * does not start Node compatibility.
  */
-export const process: Pick<NodeProcess, "platform" | "arch" | "env" | "kill"> =
-  {
+export const process:
+  & Pick<NodeProcess, "platform" | "arch" | "env" | "kill">
+  & { effectiveUid(): number | undefined } = {
     get platform(): string {
       const deno = (globalThis as { Deno?: DenoBuild }).Deno;
       if (deno === undefined) return nodeProcess().platform;
@@ -284,6 +289,11 @@ export const process: Pick<NodeProcess, "platform" | "arch" | "env" | "kill"> =
     },
     kill(pid, signal) {
       return nodeProcess().kill(pid, signal);
+    },
+    /** The effective uid; `undefined` where there is none (Windows). */
+    effectiveUid(): number | undefined {
+      const node = nodeProcess();
+      return typeof node.geteuid === "function" ? node.geteuid() : undefined;
     },
   };
 

@@ -37,7 +37,13 @@ describe("prefetchHostFacts()", () => {
           : ["run", "-A", "--quiet", script, pathToFileURL(module).href],
         {
           encoding: "utf8",
-          env: { ...process.env, NO_COLOR: "1" },
+          // A cache of its own: the machine's may hold the probes already
+          // (tests/security/probe_cache_test.ts tests that one).
+          env: {
+            ...process.env,
+            NO_COLOR: "1",
+            XDG_CACHE_HOME: join(root.path, "cache"),
+          },
           timeout: 120_000,
         },
       );

@@ -49,6 +49,12 @@ import {
   nativeConfineElf,
   RUNTIME_CONFINE_STEP_ENV,
 } from "./native_step.ts";
+import {
+  forgetMachineProbes,
+  keepMachineProbe,
+  machineProbe,
+  probeKey,
+} from "./probe_cache.ts";
 
 /** What {@linkcode bwrapUsable} found. */
 export type BwrapUsability =
@@ -56,6 +62,24 @@ export type BwrapUsability =
   | { readonly usable: false; readonly reason: string };
 
 const bwrapProbes = new Map<string, BwrapUsability>();
+
+/**
+ * The answers this process read from the machine's probe cache
+ * (probe_cache.ts), by bwrap binary or step runner: each forgets its
+ * answer here.
+ */
+const fromMachine = new Map<string, () => void>();
+
+/**
+ * Forgets the probe answers kept on this machine and those this process
+ * read from there (a start failed in a sandbox wrapper: one may be stale):
+ * the next start probes again.
+ */
+export function forgetMachineFacts(): void {
+  for (const forget of fromMachine.values()) forget();
+  fromMachine.clear();
+  forgetMachineProbes();
+}
 
 /** What a probe's process did: the fields of `spawnSync`'s result it reads. */
 interface ProbeRun {
@@ -187,6 +211,34 @@ function bwrapFact(
 ): BwrapUsability {
   const cached = bwrapProbes.get(bwrap);
   if (cached) return cached;
+  // Kept on this machine (probe_cache.ts): with the native step, the one
+  // probe's answer for bubblewrap and the kernel; else bubblewrap's.
+  const key = native === undefined
+    ? probeKey("bwrap", bwrapProbeCommand(bwrap))
+    : probeKey("step", nativeProbeCommand(bwrap, native));
+  const kept = machineProbe(native === undefined ? "bwrap" : "step", key);
+  if (kept !== undefined) {
+    const usable: BwrapUsability = { usable: true };
+    bwrapProbes.set(bwrap, usable);
+    if (native !== undefined) {
+      const support = kept as ConfineSupport;
+      nativeProbes.set(bwrap, {
+        landlockAbi: support.landlockAbi,
+        seccomp: support.seccomp,
+      });
+    }
+    fromMachine.set(bwrap, () => {
+      bwrapProbes.delete(bwrap);
+      nativeProbes.delete(bwrap);
+    });
+    return usable;
+  }
+  const keep = (found: BwrapUsability, nativeRun: ProbeRun | undefined) => {
+    if (native === undefined) keepMachineProbe("bwrap", key, found);
+    else if (nativeRun?.status === 0) {
+      keepMachineProbe("step", key, stepProbeResult(nativeRun));
+    }
+  };
   if (cachedOnly) {
     throw new ProbeNeeded(async () => {
       const nativeRun = native === undefined
@@ -198,16 +250,18 @@ function bwrapFact(
       if (bwrapProbes.has(bwrap)) return;
       bwrapProbes.set(bwrap, found);
       if (nativeRun !== undefined) noteNativeProbe(bwrap, nativeRun);
+      keep(found, nativeRun);
     });
   }
   let found: BwrapUsability | undefined;
+  let nativeRun: ProbeRun | undefined;
   try {
     // One process answers for bubblewrap, the native step's delivery and
     // the kernel; only a failure asks bubblewrap alone why.
     if (native !== undefined) {
-      const run = runProbeSync(nativeProbeCommand(bwrap, native));
-      noteNativeProbe(bwrap, run);
-      if (run.status === 0) found = { usable: true };
+      nativeRun = runProbeSync(nativeProbeCommand(bwrap, native));
+      noteNativeProbe(bwrap, nativeRun);
+      if (nativeRun.status === 0) found = { usable: true };
     }
     found ??= bwrapProbeResult(runProbeSync(bwrapProbeCommand(bwrap)));
   } catch (error: unknown) {
@@ -217,6 +271,7 @@ function bwrapFact(
     };
   }
   bwrapProbes.set(bwrap, found);
+  keep(found, nativeRun);
   return found;
 }
 
@@ -332,12 +387,24 @@ function stepSupport(
   const key = `${runner.runtime}:${runner.binary}`;
   const cached = stepProbes.get(key);
   if (cached) return cached;
+  const machineKey = probeKey("step", stepProbeCommand(runner, env));
+  const kept = machineProbe("step", machineKey) as ConfineSupport | undefined;
+  if (kept !== undefined) {
+    const support: ConfineSupport = {
+      landlockAbi: kept.landlockAbi,
+      seccomp: kept.seccomp,
+    };
+    stepProbes.set(key, support);
+    fromMachine.set(key, () => stepProbes.delete(key));
+    return support;
+  }
   if (cachedOnly) {
     throw new ProbeNeeded(async () => {
       const found = stepProbeResult(
         await runProbe(stepProbeCommand(runner, env)),
       );
       if (!stepProbes.has(key)) stepProbes.set(key, found);
+      keepMachineProbe("step", machineKey, found);
     });
   }
   let support: ConfineSupport;
@@ -353,6 +420,7 @@ function stepSupport(
     };
   }
   stepProbes.set(key, support);
+  keepMachineProbe("step", machineKey, support);
   return support;
 }
 
