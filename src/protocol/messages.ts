@@ -442,6 +442,61 @@ function asError(value: unknown): Error {
   );
 }
 
+/** A `call`: its op, its arguments, its window and trace context. */
+function decodeCall(record: Record<string, unknown>): CallMessage {
+  const id = requireCallId(record, "call");
+  const op = requireString(record, "op", "call");
+  const args = record.args ?? [];
+  if (!Array.isArray(args)) {
+    fail(`"call" ${id} has args that are not a list`);
+  }
+  const call: CallMessage = { type: "call", id, op, args };
+  const windowItems = optionalWindow(record, "windowItems");
+  const windowBytes = optionalWindow(record, "windowBytes");
+  if (windowItems !== undefined) call.windowItems = windowItems;
+  if (windowBytes !== undefined) call.windowBytes = windowBytes;
+  const trace = optionalTrace(record);
+  if (trace !== undefined) call.trace = trace;
+  return call;
+}
+
+/** A `hello`: the protocol version it speaks, its pid, ops and concurrency. */
+function decodeHello(record: Record<string, unknown>): HelloMessage {
+  const id = requireControl(record, "hello");
+  const version = record.version;
+  if (
+    typeof version !== "number" || !Number.isSafeInteger(version) ||
+    version < OLDEST_MESSAGE_VERSION || version > MESSAGE_VERSION
+  ) {
+    fail(
+      `the worker speaks protocol version ${
+        show(version)
+      }, this parent speaks ${OLDEST_MESSAGE_VERSION} to ${MESSAGE_VERSION}`,
+    );
+  }
+  const pid = record.pid;
+  if (typeof pid !== "number" || !Number.isSafeInteger(pid) || pid < 0) {
+    fail(`"hello" has an invalid pid ${show(pid)}`);
+  }
+  const concurrency = record.concurrency ?? 1;
+  if (
+    typeof concurrency !== "number" || !Number.isSafeInteger(concurrency) ||
+    concurrency < 1
+  ) {
+    fail(`"hello" has an invalid concurrency ${show(concurrency)}`);
+  }
+  return {
+    type: "hello",
+    id,
+    version,
+    pid,
+    ops: stringList(record, "ops", "hello"),
+    runtime: typeof record.runtime === "string" ? record.runtime : "unknown",
+    concurrency,
+    idempotent: stringList(record, "idempotent", "hello"),
+  };
+}
+
 /**
  * Decodes and checks one frame's message.
  *
@@ -460,22 +515,8 @@ export function decodeMessage(frame: Frame): Message {
   const record = value as Record<string, unknown>;
   const type = record.type;
   switch (type) {
-    case "call": {
-      const id = requireCallId(record, type);
-      const op = requireString(record, "op", type);
-      const args = record.args ?? [];
-      if (!Array.isArray(args)) {
-        fail(`"call" ${id} has args that are not a list`);
-      }
-      const call: CallMessage = { type, id, op, args };
-      const windowItems = optionalWindow(record, "windowItems");
-      const windowBytes = optionalWindow(record, "windowBytes");
-      if (windowItems !== undefined) call.windowItems = windowItems;
-      if (windowBytes !== undefined) call.windowBytes = windowBytes;
-      const trace = optionalTrace(record);
-      if (trace !== undefined) call.trace = trace;
-      return call;
-    }
+    case "call":
+      return decodeCall(record);
     case "items": {
       const id = requireCallId(record, type);
       const values = record.values;
@@ -501,43 +542,8 @@ export function decodeMessage(frame: Frame): Message {
       return { type, id: requireCallId(record, type), error: record.error };
     case "cancel":
       return { type, id: requireCallId(record, type) };
-    case "hello": {
-      const id = requireControl(record, type);
-      const version = record.version;
-      if (
-        typeof version !== "number" || !Number.isSafeInteger(version) ||
-        version < OLDEST_MESSAGE_VERSION || version > MESSAGE_VERSION
-      ) {
-        fail(
-          `the worker speaks protocol version ${
-            show(version)
-          }, this parent speaks ${OLDEST_MESSAGE_VERSION} to ${MESSAGE_VERSION}`,
-        );
-      }
-      const pid = record.pid;
-      if (typeof pid !== "number" || !Number.isSafeInteger(pid) || pid < 0) {
-        fail(`"hello" has an invalid pid ${show(pid)}`);
-      }
-      const concurrency = record.concurrency ?? 1;
-      if (
-        typeof concurrency !== "number" || !Number.isSafeInteger(concurrency) ||
-        concurrency < 1
-      ) {
-        fail(`"hello" has an invalid concurrency ${show(concurrency)}`);
-      }
-      return {
-        type,
-        id,
-        version,
-        pid,
-        ops: stringList(record, "ops", type),
-        runtime: typeof record.runtime === "string"
-          ? record.runtime
-          : "unknown",
-        concurrency,
-        idempotent: stringList(record, "idempotent", type),
-      };
-    }
+    case "hello":
+      return decodeHello(record);
     case "fatal": {
       const id = requireControl(record, type);
       const phase = record.phase === "definition" ? "definition" : "import";
