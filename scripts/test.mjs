@@ -5,22 +5,24 @@
 //   node scripts/test.mjs [deno] [bun] [-- file ...]
 //
 // Each file runs in a test process of its own, up to AIRLOCK_TEST_JOBS
-// processes at once (4 unless set): most of a file's time is spent waiting
-// on worker processes, not on the CPU. Its output is printed whole once it
-// ends. A process of its own also keeps a file's process-wide state
-// (environment variables, child processes, which checkNoLeaks() counts) its
-// own, as Deno does by running each file in an isolate of its own. The
-// files in SERIAL run after all the others, one at a time with nothing else
-// of the suite running: they measure what other processes would disturb.
+// processes at once (unless set, twice the cores: 4 on 2): most of a
+// file's time is spent waiting on worker processes, not on the CPU. Its
+// output is printed whole once it ends. A process of its own also keeps a
+// file's process-wide state (environment variables, child processes, which
+// checkNoLeaks() counts) its own, as Deno does by running each file in an
+// isolate of its own. The files in HEAVY keep both cores busy: one of them
+// at a time. The files in SERIAL run after all the others, one at a time
+// with nothing else of the suite running: they measure what other
+// processes would disturb.
 //
-// Deno type-checks the whole suite once (`deno check --doc`) while Bun's
-// first files run; Deno's test processes then run with --no-check. The
-// closing lines sum up each runner in the form it prints itself (Deno: "ok
-// | N passed (M steps) | K failed", Bun: " N pass", " K fail"), which
-// .ci/run parses.
+// Deno type-checks the whole suite once (`deno check --doc`, as one more
+// process beside the first files); Deno's test processes run with
+// --no-check. The closing lines sum up each runner in the form it prints
+// itself (Deno: "ok | N passed (M steps) | K failed", Bun: " N pass",
+// " K fail"), which .ci/run parses, then name the slowest files.
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -223,7 +225,9 @@ const runners = (split < 0 ? argv : argv.slice(0, split)).filter((arg) =>
 if (runners.length === 0) runners.push("deno", "bun");
 const chosen = split < 0 ? undefined : argv.slice(split + 1);
 const files = chosen ?? testFiles("tests");
-const limit = Number(process.env.AIRLOCK_TEST_JOBS ?? 4);
+const limit = Number(
+  process.env.AIRLOCK_TEST_JOBS ?? Math.max(2, 2 * availableParallelism()),
+);
 if (!Number.isInteger(limit) || limit < 1) {
   process.stderr.write(
     `test: AIRLOCK_TEST_JOBS must be a whole number of at least 1, not ${
@@ -300,7 +304,12 @@ for (const runner of runners) {
     process.stdout.write(` ${sum.passed} pass\n ${sum.failed} fail\n`);
   }
 }
+const slowest = results.filter((result) => result.counted !== false)
+  .sort((a, b) => b.seconds - a.seconds).slice(0, 8);
 process.stdout.write(
-  `whole suite: ${seconds} s wall, ${limit} test processes at once\n`,
+  `slowest: ${
+    slowest.map((r) => `${r.runner} ${r.label} ${r.seconds.toFixed(0)} s`)
+      .join(", ")
+  }\nwhole suite: ${seconds} s wall, ${limit} test processes at once\n`,
 );
 process.exit(failedAny ? 1 : 0);

@@ -1,8 +1,8 @@
 // The fast tier: the protocol, unit and in-memory tests, which start no
-// worker process, run on Deno and then on Bun (`deno task test:fast`). The
+// worker process, run on Deno and on Bun at once (`deno task test:fast`). The
 // list is written here once, for both runners. Plain Node.js, like
 // install.mjs.
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import process from "node:process";
 
 /** The fast tier's files and folders, relative to the repository root. */
@@ -30,23 +30,39 @@ const FAST_TIER = [
   "tests/testing/helpers_test.ts",
 ];
 
-/** Runs one runner over the list; exits with its status when it fails. */
+/**
+ * Runs one runner over the list, its output gathered; resolves with its
+ * status and output.
+ */
 function run(program, args) {
-  const result = spawnSync(program, args, { stdio: "inherit" });
-  if (result.error) {
-    process.stderr.write(
-      `test:fast: cannot run ${program}: ${result.error.message}\n`,
-    );
-    process.exit(1);
-  }
-  if (result.status !== 0) process.exit(result.status ?? 1);
+  return new Promise((resolve) => {
+    const child = spawn(program, args, { stdio: ["ignore", "pipe", "pipe"] });
+    const chunks = [];
+    child.stdout.on("data", (chunk) => chunks.push(chunk));
+    child.stderr.on("data", (chunk) => chunks.push(chunk));
+    child.on("error", (error) => {
+      chunks.push(
+        Buffer.from(`test:fast: cannot run ${program}: ${error.message}\n`),
+      );
+    });
+    child.on("close", (code) => {
+      resolve({ code: code ?? 1, output: Buffer.concat(chunks) });
+    });
+  });
 }
 
-run("node_modules/.bin/deno", ["test", "-A", ...FAST_TIER]);
-run("node_modules/.bin/bun", [
-  "test",
-  "--timeout",
-  "60000",
-  // Bun takes a path filter unless it starts with "./".
-  ...FAST_TIER.map((path) => `./${path}`),
+// Both runners at once (the tier is mostly CPU: one core each); Deno's
+// output first, then Bun's.
+const results = await Promise.all([
+  run("node_modules/.bin/deno", ["test", "-A", ...FAST_TIER]),
+  run("node_modules/.bin/bun", [
+    "test",
+    "--timeout",
+    "60000",
+    // Bun takes a path filter unless it starts with "./".
+    ...FAST_TIER.map((path) => `./${path}`),
+  ]),
 ]);
+for (const result of results) process.stdout.write(result.output);
+const failed = results.find((result) => result.code !== 0);
+if (failed !== undefined) process.exit(failed.code);
