@@ -18,6 +18,7 @@ import {
   type EndMessage,
   type ErrorMessage,
   type HelloMessage,
+  type ItemsMessage,
   LIMIT_MESSAGE_VERSION,
   LIVENESS_MESSAGE_VERSION,
   PID_MESSAGE_VERSION,
@@ -862,39 +863,7 @@ export class Connection {
     message: WorkerMessage | ReturnType<typeof decodeMessage>,
     payloadBytes: number,
   ): void {
-    if (!this.#hello) {
-      if (message.type === "hello") {
-        this.#hello = message;
-        // A worker of version 3 starts queued calls in arrival order.
-        if (message.version >= LIMIT_MESSAGE_VERSION) {
-          this.#window.ordered(message.concurrency);
-        }
-        this.#workerPid = this.#options.command.local
-          ? this.#options.command.workerPid(this.spawnPid)
-          : message.pid;
-        // The host's pid, which the worker's logs and errors are reported
-        // under, written before any call (a handler reads it as this.pid).
-        if (
-          this.#options.command.local &&
-          message.version >= PID_MESSAGE_VERSION
-        ) {
-          this.#child.write(
-            encodeMessage({ type: "pid", id: CONTROL_ID, pid: this.pid }),
-          ).catch(() => {});
-        }
-        this.#watchStdoutOf(this.#workerPid);
-        this.#syncRef();
-        this.#resolveReady(message);
-        return;
-      }
-      if (message.type === "fatal") {
-        this.#fatal = { phase: message.phase, error: message.error };
-        return;
-      }
-      throw new ProtocolError(
-        `Cannot read message: expected "hello" first, received "${message.type}"`,
-      );
-    }
+    if (!this.#hello) return this.#beforeHello(message);
     switch (message.type) {
       case "result":
       case "error":
@@ -917,29 +886,8 @@ export class Connection {
         }
         return;
       }
-      case "items": {
-        // Values of a call that timed out or was cancelled are dropped.
-        const call = this.#pending.get(message.id);
-        if (!call) return;
-        if (call.plain) {
-          throw new ProtocolError(
-            `Cannot read message: "items" for call "${call.op}" (id ${call.id}), which must be answered with a value`,
-          );
-        }
-        const refused = streamOf(call).receive(
-          message.values,
-          payloadBytes,
-          this.#carrier,
-        );
-        if (refused !== undefined) {
-          this.#abandon(
-            call,
-            new ProtocolError(refused.message, { module: this.module }),
-            "refused",
-          );
-        }
-        return;
-      }
+      case "items":
+        return this.#onItems(message, payloadBytes);
       case "dropped":
         if (this.#pending.has(message.id)) {
           throw new ProtocolError(
@@ -976,6 +924,67 @@ export class Connection {
         throw new ProtocolError(
           `Cannot read message: a worker may not send "${message.type}"`,
         );
+    }
+  }
+
+  /** Before the hello: the hello, or the worker's fatal report. */
+  #beforeHello(
+    message: WorkerMessage | ReturnType<typeof decodeMessage>,
+  ): void {
+    if (message.type === "hello") {
+      this.#hello = message;
+      // A worker of version 3 starts queued calls in arrival order.
+      if (message.version >= LIMIT_MESSAGE_VERSION) {
+        this.#window.ordered(message.concurrency);
+      }
+      this.#workerPid = this.#options.command.local
+        ? this.#options.command.workerPid(this.spawnPid)
+        : message.pid;
+      // The host's pid, which the worker's logs and errors are reported
+      // under, written before any call (a handler reads it as this.pid).
+      if (
+        this.#options.command.local &&
+        message.version >= PID_MESSAGE_VERSION
+      ) {
+        this.#child.write(
+          encodeMessage({ type: "pid", id: CONTROL_ID, pid: this.pid }),
+        ).catch(() => {});
+      }
+      this.#watchStdoutOf(this.#workerPid);
+      this.#syncRef();
+      this.#resolveReady(message);
+      return;
+    }
+    if (message.type === "fatal") {
+      this.#fatal = { phase: message.phase, error: message.error };
+      return;
+    }
+    throw new ProtocolError(
+      `Cannot read message: expected "hello" first, received "${message.type}"`,
+    );
+  }
+
+  /** A stream's values, handed to its call (dropped once it ended here). */
+  #onItems(message: ItemsMessage, payloadBytes: number): void {
+    // Values of a call that timed out or was cancelled are dropped.
+    const call = this.#pending.get(message.id);
+    if (!call) return;
+    if (call.plain) {
+      throw new ProtocolError(
+        `Cannot read message: "items" for call "${call.op}" (id ${call.id}), which must be answered with a value`,
+      );
+    }
+    const refused = streamOf(call).receive(
+      message.values,
+      payloadBytes,
+      this.#carrier,
+    );
+    if (refused !== undefined) {
+      this.#abandon(
+        call,
+        new ProtocolError(refused.message, { module: this.module }),
+        "refused",
+      );
     }
   }
 
