@@ -14,7 +14,7 @@ import type {
 } from "./types.ts";
 import { serialWriter } from "./_write_queue.ts";
 import { COPY_READ_BYTES, READ_BYTES } from "./chunk_reader.ts";
-import { spawn } from "./node_builtins.ts";
+import { existsSync, spawn } from "./node_builtins.ts";
 
 const encoder = new TextEncoder();
 
@@ -104,12 +104,18 @@ interface NodeStream {
 /** A web stream over a `node:child_process` output, read as it is pulled. */
 function webStream(readable: NodeStream): ReadableStream<Uint8Array> {
   let done = false;
+  // Resumed only after a pause of ours: a resume() of a pipe not yet open
+  // queues a listener each time (a MaxListeners warning on stderr).
+  let paused = false;
   return new ReadableStream<Uint8Array>({
     start(controller) {
       readable.on("data", (chunk: Uint8Array) => {
         if (done) return;
         controller.enqueue(chunk);
-        if ((controller.desiredSize ?? 1) <= 0) readable.pause();
+        if ((controller.desiredSize ?? 1) <= 0) {
+          paused = true;
+          readable.pause();
+        }
       });
       readable.on("end", () => {
         if (!done) (done = true, controller.close());
@@ -122,6 +128,8 @@ function webStream(readable: NodeStream): ReadableStream<Uint8Array> {
       });
     },
     pull() {
+      if (!paused) return;
+      paused = false;
       readable.resume();
     },
     cancel() {
@@ -158,6 +166,12 @@ function spawnWithInput(
   request: SpawnRequest,
   extraInput: Uint8Array,
 ): ChildHandle {
+  // The shell would start, then fail: say so here, as Deno.Command does.
+  if (program.includes("/") && !existsSync(program)) {
+    throw Object.assign(new Error(`Cannot spawn ${program}: ENOENT`), {
+      code: "ENOENT",
+    });
+  }
   if (SPAWN_ARGV_ENV in request.env) {
     throw new RangeError(
       `Cannot spawn: the environment holds ${SPAWN_ARGV_ENV}`,
@@ -191,7 +205,10 @@ function spawnWithInput(
   ];
   // A child gone early fails these pipes: its exit says why.
   for (const stream of [stdin, extra]) stream.on("error", () => {});
+  // Written once and closed; never referenced again (a ref() or unref() of
+  // a socket that is not open queues a "connect" listener each time).
   extra.end(extraInput);
+  extra.on("finish", () => extra.destroy());
   const exited = new Promise<ExitStatus>((resolve) => {
     child.on(
       "exit",
@@ -204,6 +221,7 @@ function spawnWithInput(
   void exited.then(() => {
     stdinOpen = false;
     stdin.destroy();
+    extra.destroy();
   });
   let referenced = true;
   return {
@@ -239,7 +257,7 @@ function spawnWithInput(
     setRef(ref) {
       if (ref === referenced) return;
       referenced = ref;
-      for (const handle of [child, stdin, stdout, stderr, extra]) {
+      for (const handle of [child, stdin, stdout, stderr]) {
         const target = handle as { ref?(): unknown; unref?(): unknown };
         if (ref) target.ref?.();
         else target.unref?.();

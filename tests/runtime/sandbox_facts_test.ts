@@ -3,7 +3,7 @@
 // command build that follows reads them from the cache (issue 23, item 4).
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
@@ -110,5 +110,28 @@ describe("hostFacts() with bubblewrap", needs("bwrap"), () => {
     assert.ok(
       forced.confineStep !== undefined && "unavailable" in forced.confineStep,
     );
+  });
+});
+
+describe("a sandboxed session's parent", needsSandbox(), () => {
+  test("a parent making many calls to a sandboxed worker writes nothing to its stderr", () => {
+    // Deno spawns a worker whose descriptor 3 carries the native step
+    // through node:child_process: a ref() or unref() of that descriptor's
+    // socket on every call once queued listeners until Node's warning.
+    const script = fixture("sandbox/many_calls_parent.ts").pathname;
+    const worker = fixture("basic_worker.ts").href;
+    const result = spawnSync(
+      process.execPath,
+      RUNTIME === "bun"
+        ? [script, worker]
+        : ["run", "-A", "--quiet", script, worker],
+      {
+        encoding: "utf8",
+        env: { ...process.env, NO_COLOR: "1" },
+        timeout: 120_000,
+      },
+    );
+    assert.equal(result.status, 0, String(result.stderr));
+    assert.equal(String(result.stderr), "");
   });
 });

@@ -1,5 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import process from "node:process";
 import { detect } from "../../src/runtime/detect.ts";
 import type { ChildHandle } from "../../src/runtime/types.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
@@ -139,5 +140,54 @@ describe("RuntimeAdapter.spawn()", () => {
       "writes to a dead child",
     );
     assert.ok(failure instanceof Error, `writes settled with ${failure}`);
+  });
+});
+
+describe("RuntimeAdapter.spawn() with extraInput", () => {
+  test("spawn() with extraInput: the child reads the bytes on descriptor 3, then end of file", async () => {
+    const bytes = new Uint8Array(20_000).map((_, i) => i % 251);
+    const child = adapter.spawn({
+      argv: ["/bin/sh", "-c", "cksum <&3; cat"],
+      env,
+      cwd: "/",
+      extraInput: bytes,
+    });
+    await child.write([new TextEncoder().encode("after\n")]);
+    child.closeStdin();
+    const [out] = await Promise.all([readAll(child.stdout), child.exited]);
+    const expected = await (async () => {
+      const cksum = adapter.spawn({ argv: ["cksum"], env, cwd: "/" });
+      await cksum.write([bytes]);
+      cksum.closeStdin();
+      return await readAll(cksum.stdout);
+    })();
+    assert.equal(out, `${expected}after\n`);
+  });
+
+  test("spawn() with extraInput passes arguments equal to the runtime's own binary unchanged", async () => {
+    // Deno's node:child_process rewrites such arguments ("run -A ...").
+    const args = [process.execPath, "run", "x", process.execPath, "--version"];
+    const child = adapter.spawn({
+      argv: ["/bin/sh", "-c", 'printf "%s\\n" "$@"', "sh", ...args],
+      env,
+      cwd: "/",
+      extraInput: new Uint8Array(1),
+    });
+    child.closeStdin();
+    const [out] = await Promise.all([readAll(child.stdout), child.exited]);
+    assert.equal(out, args.map((arg) => `${arg}\n`).join(""));
+  });
+
+  test("spawn() with extraInput of a program that does not exist throws at once", () => {
+    assert.throws(
+      () =>
+        adapter.spawn({
+          argv: ["/nonexistent/airlock-no-such-program"],
+          env,
+          cwd: "/",
+          extraInput: new Uint8Array(1),
+        }),
+      (error: unknown) => (error as { code?: unknown }).code === "ENOENT",
+    );
   });
 });
