@@ -15,9 +15,9 @@
  * less confinement or fall back to Deno's flags.
  *
  * Keyed by what the answers depend on: the kernel release, the probe's
- * command, environment and input (the native step's program, hashed), the
- * identity (device, inode, size, change times) of every file the command
- * names, and of airlock's sandbox code.
+ * command and environment, the identity (device, inode, size, change
+ * times) of every file the command names, and of airlock's sandbox code
+ * (the native step's program included).
  *
  * Where: `$XDG_CACHE_HOME/airlock` (else `~/.cache/airlock`), mode 0700,
  * under the location rules of the code cache: the directory and the file
@@ -45,7 +45,6 @@ import {
   writeFileSync,
 } from "../node_builtins.ts";
 import { writableByWorker } from "../launch/executable.ts";
-import { sha256Hex } from "../sha256.ts";
 
 /** The lowest Landlock ABI a kept answer may claim: the highest airlock's rules use (scopes). */
 export const FULL_LANDLOCK_ABI = 6;
@@ -74,6 +73,8 @@ const AIRLOCK_FILES: readonly URL[] = [
   new URL("./step.ts", import.meta.url),
   new URL("./facts.ts", import.meta.url),
   new URL("./native_step.ts", import.meta.url),
+  new URL("./native/confine_x64.ts", import.meta.url),
+  new URL("./native/confine_arm64.ts", import.meta.url),
 ];
 
 /**
@@ -125,7 +126,10 @@ export function probeKey(
     probe.argv,
     probe.env,
     probe.cwd ?? null,
-    probe.input === undefined ? null : sha256Hex(probe.input),
+    // airlock's own program (the native step's): its files' identity
+    // below stands for its bytes (hashing them would cost the first start
+    // ~20 ms of one block).
+    probe.input?.length ?? null,
     files.map(identity),
     AIRLOCK_FILES.map((url) =>
       url.protocol === "file:" ? identity(fileURLToPath(url)) : url.href
