@@ -114,9 +114,10 @@ describe("pool() pipelining (in memory)", () => {
   test("pool() starts the deadline of a call written ahead when the call starts", async () => {
     using _rt = runtime();
     await using p = pool<typeof memory>(MODULE, { ...quiet, max: 1 });
-    await p.whoami();
-    // Long enough to be seen running beside the next one on a loaded
-    // machine (at 300 ms the wait below failed once at load 20).
+    // No call before these two: an answer slower than LONG_CALL_MS (4 ms,
+    // common on a loaded machine) closes the write-ahead window, and the
+    // second call then waited in the pool's queue. Both are written when
+    // the worker is ready, the second one ahead.
     const slow = p.delay(1_500, "slow");
     // Written ahead with a deadline shorter than the call before it.
     const quick = p.call("add", [2, 3], { timeoutMs: 200 });

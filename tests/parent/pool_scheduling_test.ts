@@ -270,7 +270,10 @@ describe("pool() limits and failures (in memory)", () => {
   test("pool() fails the call of a crashed worker, carries on, and heals", async () => {
     using rt = runtime();
     await using p = pool<typeof memory>(MODULE, { ...quiet, max: 2 });
-    const other = p.delay(50, "other");
+    // Longer than a second start on a loaded machine: at 50 ms the first
+    // worker had finished it and taken the second call before the second
+    // worker was up, which then stayed idle.
+    const other = p.delay(1_500, "other");
     const doomed = p.delay(10_000, "never");
     await until(() => rt.live().length === 2, 10_000, "two workers");
     await until(() => p.stats().busy === 2, 10_000, "both busy");
