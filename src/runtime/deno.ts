@@ -14,7 +14,7 @@ import type {
 } from "./types.ts";
 import { serialWriter } from "./_write_queue.ts";
 import { COPY_READ_BYTES, READ_BYTES } from "./chunk_reader.ts";
-import { existsSync, spawn } from "./node_builtins.ts";
+import { closeSync, existsSync, openSync, spawn } from "./node_builtins.ts";
 
 const encoder = new TextEncoder();
 
@@ -139,6 +139,34 @@ function webStream(readable: NodeStream): ReadableStream<Uint8Array> {
   });
 }
 
+/**
+ * Why a spawn through `node:child_process` gave no pid (the program exists:
+ * checked before; the cause itself is reported only a tick later): out of
+ * descriptors when as many opens as the spawn's pipes take fail now, which
+ * a pool waits out.
+ */
+function spawnFailure(program: string): Error {
+  let code: string | undefined;
+  const opened: number[] = [];
+  try {
+    // Four pipes, two descriptors each, and the one reporting exec errors.
+    for (let i = 0; i < 9; i++) opened.push(openSync("/dev/null", "r"));
+  } catch (error: unknown) {
+    code = (error as { code?: string }).code;
+  } finally {
+    for (const fd of opened) closeSync(fd);
+  }
+  const exhausted = code === "EMFILE" || code === "ENFILE";
+  return Object.assign(
+    new Error(
+      `Cannot spawn ${JSON.stringify(program)}${
+        exhausted ? `: ${code}, too many open files` : ""
+      }`,
+    ),
+    exhausted ? { code } : {},
+  );
+}
+
 /** The shell {@linkcode spawnWithInput} starts the command through. */
 const SHELL = "/bin/sh";
 
@@ -190,10 +218,12 @@ function spawnWithInput(
     stdio: ["pipe", "pipe", "pipe", "pipe"],
     detached: true,
   });
+  // A spawn that fails is reported by an "error" event a tick later: heard
+  // here, or it would be uncaught and end the parent (it did, out of
+  // descriptors under a pool's burst).
+  child.on("error", () => {});
   const pid = child.pid;
-  if (pid === undefined) {
-    throw new Error(`Cannot spawn ${JSON.stringify(program)}`);
-  }
+  if (pid === undefined) throw spawnFailure(program);
   const [stdin, stdout, stderr, extra] = child.stdio as unknown as [
     NodeStream & {
       write(chunk: Uint8Array, done: (error?: Error | null) => void): void;

@@ -1,6 +1,8 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { detect } from "../../src/runtime/detect.ts";
 import type { ChildHandle } from "../../src/runtime/types.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
@@ -189,5 +191,26 @@ describe("RuntimeAdapter.spawn() with extraInput", () => {
         }),
       (error: unknown) => (error as { code?: unknown }).code === "ENOENT",
     );
+  });
+
+  test("spawn() with bytes on descriptor 3, out of descriptors, throws EMFILE and the parent lives on", () => {
+    // The fixture fills its own descriptors, then spawns. Deno's
+    // node:child_process reported the failure a tick later as an "error"
+    // event nothing heard, which ended the parent.
+    const script = fileURLToPath(
+      new URL("../fixtures/spawn_emfile.ts", import.meta.url),
+    );
+    const bun = typeof (globalThis as { Bun?: unknown }).Bun === "object";
+    const run = spawnSync(
+      process.execPath,
+      bun ? [script] : ["run", "-A", "--quiet", script],
+      {
+        encoding: "utf8",
+        timeout: 60_000,
+        env: { ...process.env, NO_COLOR: "1" },
+      },
+    );
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout.trim()), { code: "EMFILE" });
   });
 });
