@@ -380,6 +380,28 @@ export async function startWorker(
         await forwarderReady(network, conn, options, since);
       }
       await runSetup(conn, options, conn.startedAt);
+      if (!conn.alive) {
+        // It said hello and was stopped before it could take a call (a
+        // protocol error right behind the hello, a stdout that cannot be
+        // read): a failed start, retried up to maxRetries. Handed over, it
+        // would be restarted for the queued calls, which it never takes,
+        // again and again, and they would never settle.
+        const exit = await conn.closed;
+        throw new WorkerStartError({
+          module: options.label,
+          failure: "handshake",
+          pid: conn.pid,
+          exitCode: exit.code,
+          signal: exit.signal,
+          detail: `it was stopped right after its hello, before it took a call${
+            exit.reason === undefined ? "" : ` (${exit.reason})`
+          }`,
+          stderrTail: exit.stderrTail,
+          ...(exit.protocolError === undefined
+            ? {}
+            : { cause: exit.protocolError }),
+        });
+      }
       routed.route(events);
       published(conn, options.label, mode);
       return conn;
