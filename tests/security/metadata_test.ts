@@ -20,6 +20,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
+import { spawnSync } from "node:child_process";
 import process from "node:process";
 import { PermissionError, session } from "../../mod.ts";
 import type evaluate from "../fixtures/security/eval_worker.ts";
@@ -63,6 +64,37 @@ fs.fchmodSync(fd, 0o640);
 fs.futimesSync(fd, 2, 2);
 fs.closeSync(fd);
 return fs.statSync(arg).mode & 0o777;`;
+
+const MOD = new URL("../../mod.ts", import.meta.url);
+// The runtime by its node_modules/.bin link: Deno's node:child_process
+// rewrites an argument equal to its own binary's path.
+const BINARY = new URL(`../../node_modules/.bin/${RUNTIME}`, import.meta.url)
+  .pathname;
+const AS_NOBODY = ["--reuid", "65534", "--regid", "65534", "--clear-groups"];
+
+/**
+ * Why a parent cannot be run as nobody here: it takes root to switch, and
+ * bubblewrap, the runtime and this checkout must be reachable by nobody
+ * (a checkout under /root is not).
+ */
+function nonRootSkip(): string | false {
+  if (!ROOT) {
+    return "the tests do not run as root (they cannot switch to nobody)";
+  }
+  if (!hasTool("bwrap")) return "bubblewrap is missing";
+  const files = [BINARY, MOD.pathname];
+  const check = spawnSync("setpriv", [
+    ...AS_NOBODY,
+    "/bin/sh",
+    "-c",
+    'test -x "$1" && test -r "$2"',
+    "sh",
+    ...files,
+  ]);
+  return check.status === 0
+    ? false
+    : `nobody cannot run ${files[0]} or read ${files[1]}`;
+}
 
 function options(permissions: Record<string, unknown>) {
   return {
@@ -200,6 +232,51 @@ return {
     assert.notDeepEqual(outcome, { ok: true, value: "changed" });
     assert.equal(statSync(readable).mode & 0o777, 0o600);
   });
+
+  // The root check read a member the parent's process facade does not
+  // have, so every parent counted as root and "strict" was refused for an
+  // ordinary user too. A parent run as nobody starts such a worker.
+  test(
+    `permissions.metadata "strict" starts a ${RUNTIME} worker under bubblewrap for a parent not run as root`,
+    {
+      skip: nonRootSkip(),
+    },
+    () => {
+      using dir = scratchDir("metadata-nonroot");
+      chmodSync(dir.path, 0o777);
+      const parent = dir.join("parent.ts");
+      writeFileSync(
+        parent,
+        `import { session } from ${JSON.stringify(MOD.href)};
+try {
+  await using s = await session(${
+          JSON.stringify(fixture("basic_worker.ts").href)
+        }, { runtime: ${
+          JSON.stringify(RUNTIME)
+        }, permissions: { metadata: "strict" } });
+  console.log(await s.call("add", [2, 3]));
+} catch (error) {
+  console.log(String(error));
+}
+`,
+      );
+      const result = spawnSync("setpriv", [
+        ...AS_NOBODY,
+        process.execPath,
+        ...(RUNTIME === "deno" ? ["run", "-A", parent] : [parent]),
+      ], {
+        encoding: "utf8",
+        timeout: 60_000,
+        env: {
+          PATH: "/usr/local/bin:/usr/bin:/bin",
+          HOME: dir.path,
+          DENO_DIR: dir.join("deno"),
+          XDG_CACHE_HOME: dir.join("cache"),
+        },
+      });
+      assert.equal(result.stdout.trim(), "5", result.stdout + result.stderr);
+    },
+  );
 
   // Red team: bubblewrap binds the host's /dev/null, /dev/zero, /dev/full,
   // /dev/random, /dev/urandom and /dev/tty writable, and /proc's entries

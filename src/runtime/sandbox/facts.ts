@@ -642,8 +642,8 @@ export async function prefetchHostFacts(
  */
 function runsAsRoot(): boolean {
   try {
-    const geteuid = (process as { geteuid?: () => number }).geteuid;
-    return geteuid === undefined || geteuid() === 0;
+    const uid = process.effectiveUid();
+    return uid === undefined || uid === 0;
   } catch {
     return true;
   }
