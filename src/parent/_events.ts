@@ -29,11 +29,11 @@ export type { NetConnectionEvent };
  *
  * @example Watch workers start
  * ```ts
+ * import { session } from "@airlock/airlock";
  * import {
  *   DIAGNOSTICS_CHANNELS,
- *   session,
  *   type WorkerStartEvent,
- * } from "@airlock/airlock";
+ * } from "@airlock/airlock/diagnostics";
  * import dc from "node:diagnostics_channel";
  * import assert from "node:assert/strict";
  *
