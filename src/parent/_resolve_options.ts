@@ -20,7 +20,7 @@ import {
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import { WorkerStartError } from "../errors.ts";
 import type {
-  LauncherOption,
+  ResolvedLauncher,
   WorkerTransport,
 } from "../runtime/launch/transport.ts";
 import { DEFAULT_WINDOW } from "./_stream.ts";
@@ -423,10 +423,10 @@ export function resolvePoolOptions<D>(
 function resolveLauncher(
   name: string,
   value: unknown,
-): LauncherOption | undefined {
+): ResolvedLauncher | undefined {
   if (value === undefined || Array.isArray(value)) {
-    const argv = stringList(name, value);
-    return argv.length === 0 ? undefined : argv;
+    const [program, ...rest] = stringList(name, value);
+    return program === undefined ? undefined : [program, ...rest];
   }
   const transport = value as Partial<WorkerTransport> | null;
   if (
@@ -445,7 +445,7 @@ function resolveLauncher(
   return transport as WorkerTransport;
 }
 
-function resolveLaunchers<D>(options: PoolOptions<D>): LauncherOption[] {
+function resolveLaunchers<D>(options: PoolOptions<D>): ResolvedLauncher[] {
   const value: unknown = options.launchers;
   if (value === undefined) return [];
   if (!Array.isArray(value)) {

@@ -9,7 +9,10 @@
 
 import { availableParallelism } from "../runtime/node_builtins.ts";
 import type { RuntimeName } from "../runtime/types.ts";
-import type { LauncherOption } from "../runtime/launch/transport.ts";
+import type {
+  LauncherOption,
+  ResolvedLauncher,
+} from "../runtime/launch/transport.ts";
 import type { LogSink } from "./_log_sink.ts";
 import type {
   PermissionsOption,
@@ -740,8 +743,8 @@ export interface ResolvedWorkerOptions {
   maxFrameBytes: number;
   /** Custom command, if any. */
   command: string[] | undefined;
-  /** The launcher (an argv prefix or a transport); `undefined`: none. */
-  launcher: LauncherOption | undefined;
+  /** The launcher (a non-empty argv prefix or a transport); `undefined`: none. */
+  launcher: ResolvedLauncher | undefined;
 }
 
 /** {@linkcode PoolOptions} of the pool itself, after validation. */
@@ -769,5 +772,5 @@ export interface ResolvedPoolOptions {
     | ((op: string, args: readonly unknown[]) => CallKey | undefined)
     | undefined;
   /** The launchers workers spread over (empty: the one `launcher`). */
-  launchers: LauncherOption[];
+  launchers: ResolvedLauncher[];
 }

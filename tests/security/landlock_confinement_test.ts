@@ -74,10 +74,25 @@ describe("Landlock confinement", needs("landlock"), () => {
       cwd: granted,
       config: undefined,
       command: undefined,
-      launcher: [],
+      launcher: undefined,
     }, detect());
     assert.deepEqual(
       command.sandboxes,
+      hasTool("bwrap") ? ["bwrap", "landlock"] : ["landlock"],
+    );
+  });
+
+  // Any launcher means the worker runs elsewhere, outside the OS sandbox:
+  // an empty prefix must mean none, never an unsandboxed local worker.
+  test("an empty launcher is none: the worker runs here, confined", async () => {
+    await using s = await session<typeof confine>(worker, {
+      ...captureLog(),
+      sandbox: "os",
+      launcher: [],
+      permissions: { read: [granted] },
+    });
+    assert.deepEqual(
+      s.stats().sandboxes,
       hasTool("bwrap") ? ["bwrap", "landlock"] : ["landlock"],
     );
   });

@@ -142,6 +142,16 @@ export interface WorkerTransport {
 /** What the `launcher` option takes: an argv prefix or a transport. */
 export type LauncherOption = readonly string[] | WorkerTransport;
 
+/**
+ * A launcher as the options resolve it: a non-empty argv prefix or a
+ * transport. An empty prefix resolves to none (the worker runs here, in
+ * the OS sandbox); the type keeps one from reaching the launch path, where
+ * any launcher means the worker runs elsewhere, unsandboxed.
+ */
+export type ResolvedLauncher =
+  | readonly [string, ...string[]]
+  | WorkerTransport;
+
 /** How long after `kill("SIGKILL")` a transport's worker counts as gone. */
 export const KILL_SETTLE_MS = 5_000;
 

@@ -10,7 +10,7 @@
 import type { NetBroker } from "../sandbox/net/broker.ts";
 import type { ResolvedPermissions } from "../permissions.ts";
 import type { ExitStatus, RuntimeName, SpawnRequest } from "../types.ts";
-import type { LauncherOption, WorkerTransport } from "./transport.ts";
+import type { ResolvedLauncher, WorkerTransport } from "./transport.ts";
 import type { SandboxBackend, SandboxMode } from "../sandbox/types.ts";
 import type { WorkerLimits } from "../sandbox/limits/worker_limits.ts";
 import type { ResolvedLimits } from "../sandbox/limits/types.ts";
@@ -42,7 +42,7 @@ export interface WorkerCommandInput {
   /** A custom command instead of a module. */
   command: readonly string[] | undefined;
   /** The launcher (an argv prefix or a transport); `undefined`: the worker runs here. */
-  launcher: LauncherOption | undefined;
+  launcher: ResolvedLauncher | undefined;
   /** Kernel-enforced limits (`undefined`: none at all, a test's command). */
   limits?: ResolvedLimits | undefined;
 }
