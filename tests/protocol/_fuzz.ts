@@ -36,7 +36,12 @@ import {
   FRAME_HEADER_BYTES,
   FRAME_MAGIC,
 } from "../../src/protocol/frame_header.ts";
-import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
+import {
+  decodeMessage,
+  type Message,
+  MESSAGE_VERSION,
+  OLDEST_MESSAGE_VERSION,
+} from "../../src/protocol/messages.ts";
 import {
   amplifierArb,
   concat,
@@ -209,7 +214,11 @@ export function checkMessage(message: Message): void {
       break;
     case "hello":
       if (id !== 0) fail("hello id");
-      if (message.version !== 1 && message.version !== 2) {
+      if (
+        !Number.isSafeInteger(message.version) ||
+        message.version < OLDEST_MESSAGE_VERSION ||
+        message.version > MESSAGE_VERSION
+      ) {
         fail("hello version");
       }
       if (!Number.isSafeInteger(message.pid) || message.pid < 0) {
