@@ -82,7 +82,14 @@ export interface ChaosOptions {
   /** Chance that a call kills its worker (split over the fates). */
   selfKillRate: number;
   /** Pause between kills from outside, in ms: [min, max). 0 disables the killer. */
-  killEveryMs: readonly [number, number];
+  killEveryMs?: readonly [number, number];
+  /**
+   * Calls settled between two kills from outside: [min, max). The run's
+   * kills then scale with its calls, not with how slow the machine is (by
+   * the clock, a slow machine kills each worker soon after it serves, and
+   * the run grows without bound).
+   */
+  killEveryCalls?: readonly [number, number];
   /** Calls between two `target.disrupt()`. */
   disruptEvery?: number;
 }
@@ -203,25 +210,34 @@ export async function runChaos(
   let externalKills = 0;
   let running = true;
 
+  const killOne = (): void => {
+    const pids = target.pids();
+    const pid = pids[Math.floor(killRandom() * pids.length)];
+    if (pid === undefined) return;
+    try {
+      process.kill(pid, "SIGKILL");
+      externalKills++;
+    } catch {
+      // Already gone.
+    }
+  };
   const killer = (async () => {
-    const [least, most] = options.killEveryMs;
+    const [least, most] = options.killEveryMs ?? [0, 0];
     if (most <= 0) return;
     while (running) {
       const pause = least + killRandom() * (most - least);
       await new Promise((resolve) => setTimeout(resolve, pause));
-      if (!running) return;
-      const pids = target.pids();
-      if (pids.length === 0) continue;
-      const pid = pids[Math.floor(killRandom() * pids.length)];
-      if (pid === undefined) continue;
-      try {
-        process.kill(pid, "SIGKILL");
-        externalKills++;
-      } catch {
-        // Already gone.
-      }
+      if (running) killOne();
     }
   })();
+  const [leastCalls, mostCalls] = options.killEveryCalls ?? [0, 0];
+  const callsToKill = (): number =>
+    mostCalls <= 0 ? Infinity : Math.max(
+      1,
+      Math.floor(leastCalls + killRandom() * (mostCalls - leastCalls)),
+    );
+  let settled = 0;
+  let killAt = callsToKill();
 
   const one = async (call: Planned): Promise<void> => {
     inFlight++;
@@ -246,6 +262,10 @@ export async function runChaos(
       call.error = error;
     } finally {
       inFlight--;
+      if (++settled >= killAt) {
+        killOne();
+        killAt = settled + callsToKill();
+      }
     }
   };
 
