@@ -5,7 +5,7 @@
 //   node scripts/test.mjs [deno] [bun] [-- file ...]
 //
 // Each file runs in a test process of its own, up to AIRLOCK_TEST_JOBS
-// processes at once (unless set, twice the cores: 4 on 2): most of a
+// processes at once (unless set, three per core: 6 on 2): most of a
 // file's time is spent waiting on worker processes, not on the CPU. Its
 // output is printed whole once it ends. A process of its own also keeps a
 // file's process-wide state (environment variables, child processes, which
@@ -231,7 +231,7 @@ if (runners.length === 0) runners.push("deno", "bun");
 const chosen = split < 0 ? undefined : argv.slice(split + 1);
 const files = chosen ?? testFiles("tests");
 const limit = Number(
-  process.env.AIRLOCK_TEST_JOBS ?? Math.max(2, 2 * availableParallelism()),
+  process.env.AIRLOCK_TEST_JOBS ?? Math.max(2, 3 * availableParallelism()),
 );
 if (!Number.isInteger(limit) || limit < 1) {
   process.stderr.write(
