@@ -66,15 +66,7 @@ function spawnDeno(request: SpawnRequest): ChildHandle {
       writer.close().catch(() => {});
     },
     kill(signal) {
-      try {
-        Deno.kill(-pid, signal);
-      } catch {
-        try {
-          child.kill(signal);
-        } catch {
-          // Already gone.
-        }
-      }
+      killGroup(pid, child, signal);
     },
     setRef(ref) {
       // Called on every send and answer: only a change reaches the runtime.
@@ -274,15 +266,7 @@ function spawnWithInput(
       stdin.end();
     },
     kill(signal) {
-      try {
-        Deno.kill(-pid, signal);
-      } catch {
-        try {
-          child.kill(signal);
-        } catch {
-          // Already gone.
-        }
-      }
+      killGroup(pid, child, signal);
     },
     setRef(ref) {
       if (ref === referenced) return;
@@ -420,3 +404,23 @@ export const denoAdapter: RuntimeAdapter = {
     }
   },
 };
+
+/**
+ * Signals a worker's whole process group (it leads one), or the child
+ * alone where the group is gone or cannot be signalled.
+ */
+function killGroup(
+  pid: number,
+  child: { kill(signal: "SIGTERM" | "SIGKILL"): unknown },
+  signal: "SIGTERM" | "SIGKILL",
+): void {
+  try {
+    Deno.kill(-pid, signal);
+  } catch {
+    try {
+      child.kill(signal);
+    } catch {
+      // Already gone.
+    }
+  }
+}

@@ -156,34 +156,9 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
       for (const [name, value] of Object.entries(inner.env)) {
         env[`${CONFINE_HELD_ENV_PREFIX}${name}`] = value;
       }
-      const changes: Record<string, string | null> = {};
-      for (const name of Object.keys(options.stepEnv)) changes[name] = null;
-      const native = options.native;
-      if (native !== undefined) {
-        // No runtime starts: no variables of its own, nothing of it to read.
-        const spec = confineSpec({
-          landlockAbi: options.support.landlockAbi,
-          seccomp: options.support.seccomp,
-          pathMetadata: options.alone === true,
-          // As the runtime step's below: a network namespace of its own.
-          routeNetlink: options.alone !== true,
-          ...(options.grants ? { grants: options.grants } : {}),
-          permissions: options.permissions,
-          executables: options.executables,
-          readOnly: inner.readOnly,
-          listOnly: inner.listOnly ?? [],
-          cwd: options.cwd,
-          argv: inner.argv,
-          env: {},
-        });
-        return {
-          argv: nativeConfineArgv(NATIVE_CONFINE_PATH, spec),
-          env,
-          readOnly: inner.readOnly,
-          embedded: { path: NATIVE_CONFINE_PATH, bytes: native },
-        };
-      }
-      const spec = confineSpec({
+      // What both steps do alike; the runtime step also has variables of
+      // its own to drop at exec, and may start the network forwarder.
+      const rules = {
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,
         pathMetadata: options.alone === true,
@@ -197,6 +172,22 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         listOnly: inner.listOnly ?? [],
         cwd: options.cwd,
         argv: inner.argv,
+      };
+      const native = options.native;
+      if (native !== undefined) {
+        // No runtime starts: no variables of its own, nothing of it to read.
+        const spec = confineSpec({ ...rules, env: {} });
+        return {
+          argv: nativeConfineArgv(NATIVE_CONFINE_PATH, spec),
+          env,
+          readOnly: inner.readOnly,
+          embedded: { path: NATIVE_CONFINE_PATH, bytes: native },
+        };
+      }
+      const changes: Record<string, string | null> = {};
+      for (const name of Object.keys(options.stepEnv)) changes[name] = null;
+      const spec = confineSpec({
+        ...rules,
         env: changes,
         ...(options.forwarder === undefined ? {} : {
           forwarder: forwarderCommand(
