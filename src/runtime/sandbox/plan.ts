@@ -291,18 +291,38 @@ export function sandboxPlan(
   facts: HostFacts,
 ): SandboxPlan {
   if (!request.local) return { confined: false, reason: SAYS.launcher() };
-  const { runtime, sandbox, permissions } = request;
-  const refuse = (
-    detail: string,
-    permission: "sandbox" | "permissions",
-  ): never => {
-    throw new PermissionError(
-      request.compiledDeno && permission === "permissions"
-        ? SAYS.compiledDenoUnenforced()
-        : detail,
-      { module: request.module, permission },
-    );
-  };
+  const { sandbox, permissions } = request;
+  const offer = hostOffer(facts, permissions);
+  if (permissions.all) {
+    if (sandbox === "os") {
+      return refuse(request, SAYS.osContradictsAll(), "sandbox");
+    }
+    return { confined: false, reason: SAYS.allGranted() };
+  }
+  refuseRefusedBackend(request, offer);
+  const reason = sandboxReason(request, offer);
+  return reason === undefined
+    ? withoutSandbox(request, facts, offer)
+    : sandboxed(request, facts, offer, reason);
+}
+
+/** What this machine offers a worker's permissions, and why the sandbox is unavailable if it is. */
+interface HostOffer {
+  linux: boolean;
+  /** The bubblewrap binary when it can run. */
+  bwrap: string | undefined;
+  /** Why an installed bubblewrap cannot run. */
+  bwrapUnusable: string | undefined;
+  /** What the confine step can do, on Linux when it was looked at. */
+  landlock: LandlockFit | undefined;
+  /** Why the sandbox cannot be had (not Linux, neither backend confines alone). */
+  unavailable: string | undefined;
+}
+
+function hostOffer(
+  facts: HostFacts,
+  permissions: ResolvedPermissions,
+): HostOffer {
   const linux = facts.platform === "linux";
   const bwrap = facts.bwrap !== undefined && "path" in facts.bwrap
     ? facts.bwrap.path
@@ -322,81 +342,136 @@ export function sandboxPlan(
         : SAYS.bwrapCannotRun(bwrapUnusable)
     }${landlock ? SAYS.landlockNotAlone(landlock.reason) : ""}`
     : undefined;
+  return { linux, bwrap, bwrapUnusable, landlock, unavailable };
+}
 
-  if (permissions.all) {
-    if (sandbox === "os") return refuse(SAYS.osContradictsAll(), "sandbox");
-    return { confined: false, reason: SAYS.allGranted() };
-  }
+/** Why bubblewrap is missing, as the shorter messages quote it. */
+function bwrapMissing(offer: HostOffer): string {
+  return offer.bwrapUnusable === undefined
+    ? SAYS.bwrapNotFoundShort()
+    : SAYS.bwrapCannotRun(offer.bwrapUnusable);
+}
 
-  // Landlock is here but refused (or failed its probe) and bubblewrap
-  // cannot confine alone: never a silent fallback to weaker confinement.
+function refuse(
+  request: SandboxRequest,
+  detail: string,
+  permission: "sandbox" | "permissions",
+): never {
+  throw new PermissionError(
+    request.compiledDeno && permission === "permissions"
+      ? SAYS.compiledDenoUnenforced()
+      : detail,
+    { module: request.module, permission },
+  );
+}
+
+/**
+ * Landlock is here but refused (or failed its probe) and bubblewrap cannot
+ * confine alone: an error unless `sandbox: "none"` or best effort, never a
+ * silent fallback to weaker confinement.
+ */
+function refuseRefusedBackend(request: SandboxRequest, offer: HostOffer): void {
+  const { landlock } = offer;
   if (
-    linux && bwrap === undefined && landlock?.refused === true &&
-    !landlock.alone && sandbox !== "none" &&
-    permissions.enforce !== "best-effort"
+    offer.linux && offer.bwrap === undefined && landlock?.refused === true &&
+    !landlock.alone && request.sandbox !== "none" &&
+    request.permissions.enforce !== "best-effort"
   ) {
-    return refuse(
+    refuse(
+      request,
       SAYS.backendRefused(
-        runtime,
-        bwrapUnusable === undefined
-          ? SAYS.bwrapNotFoundShort()
-          : SAYS.bwrapCannotRun(bwrapUnusable),
+        request.runtime,
+        bwrapMissing(offer),
         landlock.reason,
       ),
       "sandbox",
     );
   }
+}
 
-  let reason: string | undefined;
+/**
+ * Why the worker is sandboxed: `"os"` asked for it (an error where it is
+ * unavailable), or `"auto"` where it is available; `undefined` for no
+ * sandbox.
+ */
+function sandboxReason(
+  request: SandboxRequest,
+  offer: HostOffer,
+): string | undefined {
+  const { sandbox, runtime } = request;
   if (sandbox === "os") {
-    if (unavailable !== undefined) {
-      return refuse(SAYS.osUnavailable(unavailable), "sandbox");
+    if (offer.unavailable !== undefined) {
+      return refuse(request, SAYS.osUnavailable(offer.unavailable), "sandbox");
     }
-    reason = SAYS.osAskedFor();
-  } else if (sandbox === "auto" && unavailable === undefined) {
-    reason = runtime === "deno"
+    return SAYS.osAskedFor();
+  }
+  if (sandbox === "auto" && offer.unavailable === undefined) {
+    return runtime === "deno"
       ? SAYS.denoConfined()
       : SAYS.unmodelledConfined(runtime);
   }
+  return undefined;
+}
 
-  if (reason === undefined) {
-    // No sandbox: "none", or "auto" where it is unavailable.
-    const without = sandbox === "none"
-      ? SAYS.sandboxNoneOff()
-      : unavailable ?? SAYS.sandboxUnavailable();
-    if (runtime === "deno") {
-      return { confined: false, reason: SAYS.denoFlagsOnly(without) };
-    }
-    if (permissions.enforce !== "best-effort") {
-      return refuse(
-        SAYS.nothingEnforces(runtime, without, sandbox === "none"),
-        "permissions",
-      );
-    }
-    // Best effort: Landlock as far as it goes, where bubblewrap cannot run
-    // (an ABI gap kept it from confining alone), rather than nothing.
-    if (
-      sandbox !== "none" && bwrap === undefined && landlock?.usable === true &&
-      facts.confineStep !== undefined && "runner" in facts.confineStep
-    ) {
-      return confinedBy(
-        SAYS.bestEffortLandlock(landlock.reason),
-        undefined,
-        facts.confineStep,
-        undefined,
-        facts.nativeStep,
-      );
-    }
-    return {
-      confined: false,
-      reason: SAYS.bestEffortUnconfined(runtime, without),
-    };
+/**
+ * No sandbox (`"none"`, or `"auto"` where it is unavailable): Deno's flags
+ * for Deno; for Bun and a command an error unless best effort, and then
+ * Landlock as far as it goes where bubblewrap cannot run.
+ */
+function withoutSandbox(
+  request: SandboxRequest,
+  facts: HostFacts,
+  offer: HostOffer,
+): SandboxPlan {
+  const { runtime, sandbox, permissions } = request;
+  const without = sandbox === "none"
+    ? SAYS.sandboxNoneOff()
+    : offer.unavailable ?? SAYS.sandboxUnavailable();
+  if (runtime === "deno") {
+    return { confined: false, reason: SAYS.denoFlagsOnly(without) };
   }
+  if (permissions.enforce !== "best-effort") {
+    return refuse(
+      request,
+      SAYS.nothingEnforces(runtime, without, sandbox === "none"),
+      "permissions",
+    );
+  }
+  // Best effort: Landlock as far as it goes, where bubblewrap cannot run
+  // (an ABI gap kept it from confining alone), rather than nothing.
+  if (
+    sandbox !== "none" && offer.bwrap === undefined &&
+    offer.landlock?.usable === true &&
+    facts.confineStep !== undefined && "runner" in facts.confineStep
+  ) {
+    return confinedBy(
+      SAYS.bestEffortLandlock(offer.landlock.reason),
+      undefined,
+      facts.confineStep,
+      undefined,
+      facts.nativeStep,
+    );
+  }
+  return {
+    confined: false,
+    reason: SAYS.bestEffortUnconfined(runtime, without),
+  };
+}
 
-  // Sandboxed: every backend available, Landlock inside bubblewrap (a
-  // Landlock domain may not mount). Without Landlock, the step still
-  // installs the seccomp filter inside bubblewrap (unix sockets, ptrace,
-  // io_uring…).
+/**
+ * Sandboxed: every backend available, Landlock inside bubblewrap (a
+ * Landlock domain may not mount). Without Landlock, the step still
+ * installs the seccomp filter inside bubblewrap (unix sockets, ptrace,
+ * io_uring…). `permissions.metadata: "strict"` needs bubblewrap, not as root.
+ */
+function sandboxed(
+  request: SandboxRequest,
+  facts: HostFacts,
+  offer: HostOffer,
+  reason: string,
+): SandboxPlan {
+  const { bwrap, landlock } = offer;
+  const { permissions } = request;
   const step = facts.confineStep !== undefined &&
       "runner" in facts.confineStep &&
       (landlock?.usable === true ||
@@ -405,16 +480,13 @@ export function sandboxPlan(
     : undefined;
   if (permissions.metadata === "strict" && bwrap === undefined) {
     return refuse(
-      SAYS.metadataNeedsBwrap(
-        bwrapUnusable === undefined
-          ? SAYS.bwrapNotFoundShort()
-          : SAYS.bwrapCannotRun(bwrapUnusable),
-      ),
+      request,
+      SAYS.metadataNeedsBwrap(bwrapMissing(offer)),
       "sandbox",
     );
   }
   if (permissions.metadata === "strict" && facts.root === true) {
-    return refuse(SAYS.metadataAsRoot(), "sandbox");
+    return refuse(request, SAYS.metadataAsRoot(), "sandbox");
   }
   return confinedBy(
     reason,
