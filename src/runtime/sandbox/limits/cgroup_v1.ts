@@ -143,7 +143,13 @@ export function cgroupV1(
     create(limits: CgroupLimits): WorkerCgroup {
       for (let tries = 1;; tries++) {
         try {
-          return createNamed(`w${++count}`, limits);
+          return createWorkerGroup(
+            context,
+            { memory, pids },
+            `w${++count}`,
+            limits,
+            live,
+          );
         } catch (error: unknown) {
           // Another copy of airlock in this process (a second isolate, a
           // second install) numbers its groups too: take the next name.
@@ -154,109 +160,124 @@ export function cgroupV1(
       }
     },
   };
+}
 
-  function createNamed(name: string, limits: CgroupLimits): WorkerCgroup {
-    const made: string[] = [];
-    const write = (file: string, value: string): void => {
-      try {
-        fs.write(file, value);
-      } catch (error: unknown) {
-        throw new Error(
-          `cannot write "${value}" to ${file} (${failure(error)})`,
-          { cause: error },
-        );
-      }
-    };
-    const make = (parent: string): string => {
-      const group = `${parent}/${name}`;
-      try {
-        fs.mkdir(group);
-      } catch (error: unknown) {
-        if ((error as { code?: unknown }).code === "EEXIST") {
-          removeMade();
-          throw new NameTaken();
-        }
-        throw new Error(
-          `cannot create the group ${group} (${failure(error)})`,
-          { cause: error },
-        );
-      }
-      made.push(group);
-      return group;
-    };
-    // One hierarchy can release a killed process before the other (pids
-    // before memory, which holds it until it is reaped): a group removed by
-    // an earlier call stays removed, so a later call can still succeed.
-    const removeMade = (): boolean => {
-      for (const group of [...made]) {
-        killAll(context, `${group}/cgroup.procs`);
-        try {
-          fs.rmdir(group);
-        } catch (error: unknown) {
-          if ((error as { code?: unknown }).code !== "ENOENT") continue;
-        }
-        made.splice(made.indexOf(group), 1);
-      }
-      return made.length === 0;
-    };
-    let memoryGroup: string | undefined;
-    let pidsGroup: string | undefined;
+/**
+ * Makes a worker's group `name` under this parent's group in each
+ * hierarchy, with its limits, and records it in `live` until removed.
+ *
+ * @throws {NameTaken} when another copy of airlock took the name.
+ * @throws {Error} naming the file the kernel refused.
+ */
+function createWorkerGroup(
+  context: CgroupContext,
+  parents: { memory: string | undefined; pids: string | undefined },
+  name: string,
+  limits: CgroupLimits,
+  live: Set<string[]>,
+): WorkerCgroup {
+  const { memory, pids } = parents;
+  const fs = context.fs;
+  const made: string[] = [];
+  const write = (file: string, value: string): void => {
     try {
-      if (memory !== undefined) {
-        memoryGroup = make(memory);
-        if (limits.memoryBytes !== undefined) {
-          const value = String(limits.memoryBytes);
-          write(`${memoryGroup}/memory.limit_in_bytes`, value);
-          // With swap accounting, memory plus swap: swap cannot stretch it.
-          if (fs.list(memoryGroup).includes("memory.memsw.limit_in_bytes")) {
-            write(`${memoryGroup}/memory.memsw.limit_in_bytes`, value);
-          }
-        }
-      }
-      if (pids !== undefined && limits.processes !== undefined) {
-        pidsGroup = make(pids);
-        write(`${pidsGroup}/pids.max`, String(limits.processes));
-      }
+      fs.write(file, value);
     } catch (error: unknown) {
-      removeMade();
-      throw error;
+      throw new Error(
+        `cannot write "${value}" to ${file} (${failure(error)})`,
+        { cause: error },
+      );
     }
-    let removed = false;
-    live.add(made);
-    return {
-      join: made.map((group) => `${group}/cgroup.procs`),
-      oomKills: () => {
-        if (memoryGroup === undefined) return 0;
-        try {
-          return keyedValue(
-            fs.read(`${memoryGroup}/memory.oom_control`),
-            "oom_kill",
-          );
-        } catch {
-          return 0;
+  };
+  const make = (parent: string): string => {
+    const group = `${parent}/${name}`;
+    try {
+      fs.mkdir(group);
+    } catch (error: unknown) {
+      if ((error as { code?: unknown }).code === "EEXIST") {
+        removeMade();
+        throw new NameTaken();
+      }
+      throw new Error(
+        `cannot create the group ${group} (${failure(error)})`,
+        { cause: error },
+      );
+    }
+    made.push(group);
+    return group;
+  };
+  // One hierarchy can release a killed process before the other (pids
+  // before memory, which holds it until it is reaped): a group removed by
+  // an earlier call stays removed, so a later call can still succeed.
+  const removeMade = (): boolean => {
+    for (const group of [...made]) {
+      killAll(context, `${group}/cgroup.procs`);
+      try {
+        fs.rmdir(group);
+      } catch (error: unknown) {
+        if ((error as { code?: unknown }).code !== "ENOENT") continue;
+      }
+      made.splice(made.indexOf(group), 1);
+    }
+    return made.length === 0;
+  };
+  let memoryGroup: string | undefined;
+  let pidsGroup: string | undefined;
+  try {
+    if (memory !== undefined) {
+      memoryGroup = make(memory);
+      if (limits.memoryBytes !== undefined) {
+        const value = String(limits.memoryBytes);
+        write(`${memoryGroup}/memory.limit_in_bytes`, value);
+        // With swap accounting, memory plus swap: swap cannot stretch it.
+        if (fs.list(memoryGroup).includes("memory.memsw.limit_in_bytes")) {
+          write(`${memoryGroup}/memory.memsw.limit_in_bytes`, value);
         }
-      },
-      processesRefused: () => {
-        if (pidsGroup === undefined) return 0;
-        try {
-          return keyedValue(fs.read(`${pidsGroup}/pids.events`), "max");
-        } catch {
-          return 0;
-        }
-      },
-      memoryBytes: () => {
-        if (memoryGroup === undefined) return undefined;
-        try {
-          return Number(fs.read(`${memoryGroup}/memory.usage_in_bytes`));
-        } catch {
-          return undefined;
-        }
-      },
-      remove: () => {
-        removed ||= removeMade();
-        if (removed) live.delete(made);
-        return removed;
-      },
-    };
+      }
+    }
+    if (pids !== undefined && limits.processes !== undefined) {
+      pidsGroup = make(pids);
+      write(`${pidsGroup}/pids.max`, String(limits.processes));
+    }
+  } catch (error: unknown) {
+    removeMade();
+    throw error;
   }
+  let removed = false;
+  live.add(made);
+  return {
+    join: made.map((group) => `${group}/cgroup.procs`),
+    oomKills: () => {
+      if (memoryGroup === undefined) return 0;
+      try {
+        return keyedValue(
+          fs.read(`${memoryGroup}/memory.oom_control`),
+          "oom_kill",
+        );
+      } catch {
+        return 0;
+      }
+    },
+    processesRefused: () => {
+      if (pidsGroup === undefined) return 0;
+      try {
+        return keyedValue(fs.read(`${pidsGroup}/pids.events`), "max");
+      } catch {
+        return 0;
+      }
+    },
+    memoryBytes: () => {
+      if (memoryGroup === undefined) return undefined;
+      try {
+        return Number(fs.read(`${memoryGroup}/memory.usage_in_bytes`));
+      } catch {
+        return undefined;
+      }
+    },
+    remove: () => {
+      removed ||= removeMade();
+      if (removed) live.delete(made);
+      return removed;
+    },
+  };
 }

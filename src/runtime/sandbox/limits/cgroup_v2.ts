@@ -20,7 +20,7 @@ import {
   parentGroupName,
   type WorkerCgroup,
 } from "./cgroup.ts";
-import { failure } from "./cgroup_fs.ts";
+import { type CgroupFs, failure } from "./cgroup_fs.ts";
 
 /** A group of a parent that is gone (its leaf or a worker's), by name. */
 function staleOwner(
@@ -43,28 +43,7 @@ function staleOwner(
  */
 export function cgroupV2(dir: string, context: CgroupContext): CgroupBackend {
   const fs = context.fs;
-  const read = (file: string): string => {
-    try {
-      return fs.read(file);
-    } catch (error: unknown) {
-      throw new Error(`cannot read ${file} (${failure(error)})`, {
-        cause: error,
-      });
-    }
-  };
-  const write = (file: string, value: string): void => {
-    try {
-      fs.write(file, value);
-    } catch (error: unknown) {
-      throw new Error(
-        `cannot write "${value}" to ${file} (${
-          failure(error)
-        }); delegate the parent's cgroup to it (e.g. systemd-run --user --scope -p Delegate=yes)`,
-        { cause: error },
-      );
-    }
-  };
-  const available = read(`${dir}/cgroup.controllers`).trim().split(/\s+/);
+  const available = words(fs, `${dir}/cgroup.controllers`);
   const controllers = (["memory", "pids"] as const).filter((name) =>
     available.includes(name)
   );
@@ -76,45 +55,9 @@ export function cgroupV2(dir: string, context: CgroupContext): CgroupBackend {
     );
   }
   const leaf = `${dir}/${parentGroupName(context)}`;
-  const enabled = read(`${dir}/cgroup.subtree_control`).trim().split(/\s+/);
+  const enabled = words(fs, `${dir}/cgroup.subtree_control`);
   if (!controllers.every((name) => enabled.includes(name))) {
-    const others = read(`${dir}/cgroup.procs`).split("\n").filter((line) =>
-      line !== "" && Number(line) !== context.pid
-    );
-    if (others.length > 0) {
-      throw new Error(
-        `the parent's cgroup ${dir} holds other processes (pids ${
-          others.slice(0, 5).join(", ")
-        }), and cgroup v2 gives controllers only to groups without processes; run the parent in a cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes)`,
-      );
-    }
-    for (const name of fs.list(dir)) {
-      const owner = staleOwner(name);
-      if (owner === undefined || owner.pid === context.pid) continue;
-      if (context.alive(owner.pid, owner.start)) continue;
-      try {
-        fs.rmdir(`${dir}/${name}`);
-      } catch {
-        // Still holds a process: left for a later cleanup.
-      }
-    }
-    try {
-      fs.mkdir(leaf);
-    } catch (error: unknown) {
-      if ((error as { code?: unknown }).code !== "EEXIST") {
-        throw new Error(
-          `cannot create the group ${leaf} (${
-            failure(error)
-          }); delegate the parent's cgroup to it (e.g. systemd-run --user --scope -p Delegate=yes)`,
-          { cause: error },
-        );
-      }
-    }
-    write(`${leaf}/cgroup.procs`, String(context.pid));
-    write(
-      `${dir}/cgroup.subtree_control`,
-      controllers.map((name) => `+${name}`).join(" "),
-    );
+    enterLeaf(dir, leaf, controllers, context);
   }
   let count = 0;
   return {
@@ -144,62 +87,152 @@ export function cgroupV2(dir: string, context: CgroupContext): CgroupBackend {
           );
         }
       }
-      const remove = (): boolean => {
-        try {
-          fs.write(`${group}/cgroup.kill`, "1");
-        } catch {
-          // Before Linux 5.14: one process at a time.
-          killAll(context, `${group}/cgroup.procs`);
-        }
-        try {
-          fs.rmdir(group);
-          return true;
-        } catch {
-          return false;
-        }
-      };
-      try {
-        if (
-          limits.memoryBytes !== undefined && controllers.includes("memory")
-        ) {
-          write(`${group}/memory.max`, String(limits.memoryBytes));
-          if (fs.list(group).includes("memory.swap.max")) {
-            write(`${group}/memory.swap.max`, "0");
-          }
-        }
-        if (limits.processes !== undefined && controllers.includes("pids")) {
-          write(`${group}/pids.max`, String(limits.processes));
-        }
-      } catch (error: unknown) {
-        remove();
-        throw error;
-      }
-      let removed = false;
-      return {
-        join: [`${group}/cgroup.procs`],
-        oomKills: () => {
-          try {
-            return keyedValue(fs.read(`${group}/memory.events`), "oom_kill");
-          } catch {
-            return 0;
-          }
-        },
-        processesRefused: () => {
-          try {
-            return keyedValue(fs.read(`${group}/pids.events`), "max");
-          } catch {
-            return 0;
-          }
-        },
-        memoryBytes: () => {
-          try {
-            return Number(fs.read(`${group}/memory.current`));
-          } catch {
-            return undefined;
-          }
-        },
-        remove: () => removed ||= remove(),
-      };
+      return workerGroup(context, group, controllers, limits);
     },
+  };
+}
+
+function readFile(fs: CgroupFs, file: string): string {
+  try {
+    return fs.read(file);
+  } catch (error: unknown) {
+    throw new Error(`cannot read ${file} (${failure(error)})`, {
+      cause: error,
+    });
+  }
+}
+
+function words(fs: CgroupFs, file: string): string[] {
+  return readFile(fs, file).trim().split(/\s+/);
+}
+
+function writeFile(fs: CgroupFs, file: string, value: string): void {
+  try {
+    fs.write(file, value);
+  } catch (error: unknown) {
+    throw new Error(
+      `cannot write "${value}" to ${file} (${
+        failure(error)
+      }); delegate the parent's cgroup to it (e.g. systemd-run --user --scope -p Delegate=yes)`,
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Moves this process into its leaf and gives the children of `dir` the
+ * controllers (after removing the groups of parents that are gone).
+ *
+ * @throws {Error} when other processes share `dir`, or the kernel refuses.
+ */
+function enterLeaf(
+  dir: string,
+  leaf: string,
+  controllers: readonly ("memory" | "pids")[],
+  context: CgroupContext,
+): void {
+  const fs = context.fs;
+  const procs = readFile(fs, `${dir}/cgroup.procs`).split("\n");
+  const others = procs.filter((line) =>
+    line !== "" && Number(line) !== context.pid
+  );
+  if (others.length > 0) {
+    throw new Error(
+      `the parent's cgroup ${dir} holds other processes (pids ${
+        others.slice(0, 5).join(", ")
+      }), and cgroup v2 gives controllers only to groups without processes; run the parent in a cgroup of its own (e.g. systemd-run --user --scope -p Delegate=yes)`,
+    );
+  }
+  for (const name of fs.list(dir)) {
+    const owner = staleOwner(name);
+    if (owner === undefined || owner.pid === context.pid) continue;
+    if (context.alive(owner.pid, owner.start)) continue;
+    try {
+      fs.rmdir(`${dir}/${name}`);
+    } catch {
+      // Still holds a process: left for a later cleanup.
+    }
+  }
+  try {
+    fs.mkdir(leaf);
+  } catch (error: unknown) {
+    if ((error as { code?: unknown }).code !== "EEXIST") {
+      throw new Error(
+        `cannot create the group ${leaf} (${
+          failure(error)
+        }); delegate the parent's cgroup to it (e.g. systemd-run --user --scope -p Delegate=yes)`,
+        { cause: error },
+      );
+    }
+  }
+  writeFile(fs, `${leaf}/cgroup.procs`, String(context.pid));
+  writeFile(
+    fs,
+    `${dir}/cgroup.subtree_control`,
+    controllers.map((name) => `+${name}`).join(" "),
+  );
+}
+
+/** Sets a new worker group's limits (removing it if the kernel refuses) and returns it. */
+function workerGroup(
+  context: CgroupContext,
+  group: string,
+  controllers: readonly ("memory" | "pids")[],
+  limits: CgroupLimits,
+): WorkerCgroup {
+  const fs = context.fs;
+  const remove = (): boolean => {
+    try {
+      fs.write(`${group}/cgroup.kill`, "1");
+    } catch {
+      // Before Linux 5.14: one process at a time.
+      killAll(context, `${group}/cgroup.procs`);
+    }
+    try {
+      fs.rmdir(group);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  try {
+    if (limits.memoryBytes !== undefined && controllers.includes("memory")) {
+      writeFile(fs, `${group}/memory.max`, String(limits.memoryBytes));
+      if (fs.list(group).includes("memory.swap.max")) {
+        writeFile(fs, `${group}/memory.swap.max`, "0");
+      }
+    }
+    if (limits.processes !== undefined && controllers.includes("pids")) {
+      writeFile(fs, `${group}/pids.max`, String(limits.processes));
+    }
+  } catch (error: unknown) {
+    remove();
+    throw error;
+  }
+  let removed = false;
+  return {
+    join: [`${group}/cgroup.procs`],
+    oomKills: () => {
+      try {
+        return keyedValue(fs.read(`${group}/memory.events`), "oom_kill");
+      } catch {
+        return 0;
+      }
+    },
+    processesRefused: () => {
+      try {
+        return keyedValue(fs.read(`${group}/pids.events`), "max");
+      } catch {
+        return 0;
+      }
+    },
+    memoryBytes: () => {
+      try {
+        return Number(fs.read(`${group}/memory.current`));
+      } catch {
+        return undefined;
+      }
+    },
+    remove: () => removed ||= remove(),
   };
 }
