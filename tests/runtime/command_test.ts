@@ -17,7 +17,7 @@ import { oneShot, session, WorkerStartError } from "../../mod.ts";
 import { buildWorkerCommand } from "../../src/runtime/launch/command.ts";
 import { findExecutable } from "../../src/runtime/launch/executable.ts";
 import { wrapperFailure } from "../../src/runtime/launch/exit.ts";
-import { isStartupVariable } from "../../src/runtime/sandbox/bwrap.ts";
+import { isStartupVariable } from "../../src/runtime/sandbox/bwrap_environment.ts";
 import type { WorkerCommandInput } from "../../src/runtime/launch/types.ts";
 import { resolvePermissions } from "../../src/runtime/permissions.ts";
 import { detect } from "../../src/runtime/detect.ts";

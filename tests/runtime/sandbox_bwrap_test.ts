@@ -1,17 +1,18 @@
 // bwrapArgv() and bwrapProbeArgv() (src/runtime/sandbox/bwrap.ts): the
-// bubblewrap command line, built without running it. The same argv confining
+// bubblewrap command line, built without running it, and the environment
+// bubblewrap starts with (bwrap_environment.ts). The same argv confining
 // real workers: sandbox_bwrap_workers_test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   BIND_FD_PLACEHOLDER,
   bwrapArgv,
-  bwrapEnvironment,
   bwrapProbeArgv,
   LIBRARY_PATHS,
   NETWORK_PATHS,
   PROGRAM_PATHS,
 } from "../../src/runtime/sandbox/bwrap.ts";
+import { bwrapEnvironment } from "../../src/runtime/sandbox/bwrap_environment.ts";
 import { BASE } from "./_bwrap.ts";
 
 const ARITY: Record<string, number> = {

@@ -17,11 +17,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import {
-  bwrapArgv,
-  bwrapEnvironment,
-  bwrapProbeArgv,
-} from "../../src/runtime/sandbox/bwrap.ts";
+import { bwrapArgv, bwrapProbeArgv } from "../../src/runtime/sandbox/bwrap.ts";
+import { bwrapEnvironment } from "../../src/runtime/sandbox/bwrap_environment.ts";
 import { exitThroughWrapper } from "../../src/runtime/launch/exit.ts";
 import { findExecutable } from "../../src/runtime/launch/executable.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";

@@ -16,6 +16,7 @@ import { isAbsolute } from "../node_builtins.ts";
 import type { ResolvedPermissions, ResolvedScopes } from "../permissions.ts";
 import { envNameProblem, isGranted } from "../permissions.ts";
 import { covers, depth, minimal, normalizePath } from "./paths.ts";
+import { isStartupVariable } from "./bwrap_environment.ts";
 
 /**
  * Directories of shared libraries, mounted read-only when they exist: the
@@ -190,7 +191,7 @@ export interface BwrapOptions {
   ffi?: ResolvedScopes;
   /**
    * The worker's whole environment. bubblewrap passes its own on: spawn it
-   * with {@linkcode bwrapEnvironment} of this; those that act at start are set
+   * with `bwrapEnvironment()` of this; those that act at start are set
    * inside by the argv.
    */
   env: Readonly<Record<string, string>>;
@@ -351,7 +352,7 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
  * capabilities;
  * a new session; killed when its parent dies; an environment of `env` only
  * (bubblewrap adds `PWD`), given through bubblewrap's own environment: spawn
- * it with {@linkcode bwrapEnvironment}`(env)`; only those that act at start
+ * it with `bwrapEnvironment(env)`; only those that act at start
  * are on the command line.
  *
  * The file system is a read-only empty root with: the library directories
@@ -396,6 +397,81 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
  * ```
  */
 export function bwrapArgv(options: BwrapOptions): string[] {
+  const { mounts, writable, cwd } = fileSystem(options);
+  const shared = options.net && options.netArgs === undefined;
+  const argv = [
+    options.bwrap,
+    ...(options.dieWithParent === false ? [] : ["--die-with-parent"]),
+    "--new-session",
+    ...(options.joinPidNamespace === undefined
+      ? [
+        "--unshare-user",
+        ...(options.netLowPorts ? [] : ["--disable-userns"]),
+        "--unshare-pid",
+      ]
+      : [
+        "--userns",
+        options.joinPidNamespace.userFd,
+        "--pidns",
+        options.joinPidNamespace.pidFd,
+        "--assert-userns-disabled",
+      ]),
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    ...(shared ? [] : ["--unshare-net"]),
+    "--cap-drop",
+    "ALL",
+  ];
+  // The variables reach the worker through bubblewrap's own environment
+  // (bwrapEnvironment()): a value on this command line is readable by every
+  // process in /proc/<pid>/cmdline. Only those that act at start go here,
+  // so that the wrappers (setpriv, the shell, bubblewrap) never act on them.
+  for (const [name, value] of Object.entries(options.env)) {
+    if (envNameProblem(name) !== undefined) {
+      throw new RangeError(
+        `Invalid environment variable name for the sandbox: ${
+          JSON.stringify(name)
+        }`,
+      );
+    }
+    if (isStartupVariable(name)) argv.push("--setenv", name, value);
+  }
+  for (const mount of mounts) argv.push(...mount.args);
+  const embedded = options.embedded;
+  if (embedded !== undefined) {
+    if (
+      !embedded.path.startsWith("/dev/") || embedded.fd === options.seccompFd
+    ) {
+      throw new RangeError(
+        `Cannot embed ${
+          JSON.stringify(embedded.path)
+        } from descriptor ${embedded.fd}: it must lie in /dev, on a descriptor of its own`,
+      );
+    }
+    argv.push("--perms", "0555", "--ro-bind-data", embedded.fd, embedded.path);
+  }
+  // Over every other mount (a grant of /etc included), before the root is
+  // made read-only (they need their mount points).
+  if (options.netArgs !== undefined) argv.push(...options.netArgs);
+  if (!writable.includes("/")) argv.push("--remount-ro", "/");
+  if (options.seccompFd !== undefined) {
+    argv.push("--seccomp", options.seccompFd);
+  }
+  argv.push("--chdir", cwd, "--", ...options.command);
+  return argv;
+}
+
+/**
+ * The worker's file system as bubblewrap mounts, outermost first: the
+ * read-only paths (libraries, network files, programs, the runtime, the
+ * code, the read grants) but those under a write grant, the write grants,
+ * `/dev`, `/proc`, a private `/tmp`, the scratch tmpfs and the cwd
+ * (normalized, returned).
+ */
+function fileSystem(
+  options: BwrapOptions,
+): { mounts: Mount[]; writable: string[]; cwd: string } {
   const read = scopesToPaths(options.read, "read");
   const write = scopesToPaths(options.write, "write");
   const run = options.run ?? [];
@@ -474,153 +550,7 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     mounts.push({ path: cwd, args: ["--dir", cwd], rank: 2 });
   }
   mounts.sort((a, b) => depth(a.path) - depth(b.path) || a.rank - b.rank);
-
-  const argv = [
-    options.bwrap,
-    ...(options.dieWithParent === false ? [] : ["--die-with-parent"]),
-    "--new-session",
-    ...(options.joinPidNamespace === undefined
-      ? [
-        "--unshare-user",
-        ...(options.netLowPorts ? [] : ["--disable-userns"]),
-        "--unshare-pid",
-      ]
-      : [
-        "--userns",
-        options.joinPidNamespace.userFd,
-        "--pidns",
-        options.joinPidNamespace.pidFd,
-        "--assert-userns-disabled",
-      ]),
-    "--unshare-ipc",
-    "--unshare-uts",
-    "--unshare-cgroup-try",
-    ...(shared ? [] : ["--unshare-net"]),
-    "--cap-drop",
-    "ALL",
-  ];
-  // The variables reach the worker through bubblewrap's own environment
-  // (bwrapEnvironment()): a value on this command line is readable by every
-  // process in /proc/<pid>/cmdline. Only those that act at start go here,
-  // so that the wrappers (setpriv, the shell, bubblewrap) never act on them.
-  for (const [name, value] of Object.entries(options.env)) {
-    if (envNameProblem(name) !== undefined) {
-      throw new RangeError(
-        `Invalid environment variable name for the sandbox: ${
-          JSON.stringify(name)
-        }`,
-      );
-    }
-    if (isStartupVariable(name)) argv.push("--setenv", name, value);
-  }
-  for (const mount of mounts) argv.push(...mount.args);
-  const embedded = options.embedded;
-  if (embedded !== undefined) {
-    if (
-      !embedded.path.startsWith("/dev/") || embedded.fd === options.seccompFd
-    ) {
-      throw new RangeError(
-        `Cannot embed ${
-          JSON.stringify(embedded.path)
-        } from descriptor ${embedded.fd}: it must lie in /dev, on a descriptor of its own`,
-      );
-    }
-    argv.push("--perms", "0555", "--ro-bind-data", embedded.fd, embedded.path);
-  }
-  // Over every other mount (a grant of /etc included), before the root is
-  // made read-only (they need their mount points).
-  if (options.netArgs !== undefined) argv.push(...options.netArgs);
-  if (!writable.includes("/")) argv.push("--remount-ro", "/");
-  if (options.seccompFd !== undefined) {
-    argv.push("--seccomp", options.seccompFd);
-  }
-  argv.push("--chdir", cwd, "--", ...options.command);
-  return argv;
-}
-
-/**
- * Variables that act in a program before its own code runs: those the
- * dynamic loader and the C library read in every program (glibc's list of
- * those it ignores in setuid programs, every `LD_*` and `MALLOC_*`) and those
- * a POSIX shell or bash reads at start (the shell that opens bubblewrap's
- * seccomp filter gets bubblewrap's environment).
- */
-const STARTUP_VARIABLES: ReadonlySet<string> = new Set([
-  "GCONV_PATH",
-  "GETCONF_DIR",
-  "GLIBC_TUNABLES",
-  "HOSTALIASES",
-  "LOCALDOMAIN",
-  "LOCPATH",
-  "NIS_PATH",
-  "NLSPATH",
-  "RESOLV_HOST_CONF",
-  "RES_OPTIONS",
-  "TMPDIR",
-  "TZDIR",
-  "ENV",
-  "BASH_ENV",
-  "BASHOPTS",
-  "SHELLOPTS",
-  "CDPATH",
-  "GLOBIGNORE",
-  "IFS",
-  "PS4",
-]);
-
-/**
- * Whether a variable of this name acts in the wrappers around a worker
- * (setpriv, the shell, bubblewrap) before the worker's own code runs:
- * `LD_PRELOAD`, `LD_LIBRARY_PATH`, `GCONV_PATH`, `BASH_ENV`, bash's exported
- * functions (`BASH_FUNC_*`), ….
- *
- * @param name The variable's name.
- * @returns Whether it is one.
- *
- * @example
- * ```ts
- * import { isStartupVariable } from "./bwrap.ts";
- * import assert from "node:assert/strict";
- *
- * assert.equal(isStartupVariable("LD_PRELOAD"), true);
- * assert.equal(isStartupVariable("DB_PASSWORD"), false);
- * ```
- */
-export function isStartupVariable(name: string): boolean {
-  return name.startsWith("LD_") || name.startsWith("MALLOC_") ||
-    name.startsWith("BASH_FUNC_") || STARTUP_VARIABLES.has(name);
-}
-
-/**
- * The environment to start bubblewrap (and its parent-death guard) with,
- * for a worker whose environment is `env`: every variable but those that act at start
- * ({@linkcode isStartupVariable}), which {@linkcode bwrapArgv} sets inside
- * the sandbox instead. bubblewrap passes its environment on to the worker,
- * so together they give it exactly `env` (bubblewrap adds `PWD`), and no
- * value is on a command line.
- *
- * @param env The worker's whole environment.
- * @returns The environment to spawn bubblewrap with.
- *
- * @example
- * ```ts
- * import { bwrapEnvironment } from "./bwrap.ts";
- * import assert from "node:assert/strict";
- *
- * assert.deepEqual(
- *   bwrapEnvironment({ DB_PASSWORD: "s", LD_PRELOAD: "/x.so" }),
- *   { DB_PASSWORD: "s" },
- * );
- * ```
- */
-export function bwrapEnvironment(
-  env: Readonly<Record<string, string>>,
-): Record<string, string> {
-  const kept: Record<string, string> = {};
-  for (const [name, value] of Object.entries(env)) {
-    if (!isStartupVariable(name)) kept[name] = value;
-  }
-  return kept;
+  return { mounts, writable, cwd };
 }
 
 /**

@@ -9,7 +9,8 @@
 import type { ResolvedPermissions } from "../permissions.ts";
 import { exitThroughWrapper } from "../launch/exit.ts";
 import type { LaunchStep, Wrapper } from "../launch/types.ts";
-import { bwrapEnvironment, type BwrapGrants, sandboxedArgv } from "./bwrap.ts";
+import { type BwrapGrants, sandboxedArgv } from "./bwrap.ts";
+import { bwrapEnvironment } from "./bwrap_environment.ts";
 import { PID_NAMESPACE_FD, USER_NAMESPACE_FD } from "./pid_namespace.ts";
 
 /** Options of {@linkcode bwrapWrapper}. */
