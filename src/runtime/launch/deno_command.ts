@@ -132,32 +132,42 @@ export function denoMainModule(
 }
 
 /**
+ * The file that makes a worker module's project: walking up from the
+ * module's directory, the first `deno.json`, `deno.jsonc` or `package.json`.
+ *
+ * @param start The module's directory.
+ * @returns Its path, or `undefined` when the module belongs to no project.
+ */
+export function denoProjectFile(start: string): string | undefined {
+  let dir = start;
+  while (true) {
+    for (const name of ["deno.json", "deno.jsonc", "package.json"]) {
+      const candidate = join(dir, name);
+      if (existsSync(candidate)) return candidate;
+    }
+    const parent = dirname(dir);
+    if (parent === dir) return undefined;
+    dir = parent;
+  }
+}
+
+/**
  * The Deno flags that make a worker module resolve its imports as in its
- * own project: walking up from the module's directory, the first directory
- * holding a `deno.json`, `deno.jsonc` or `package.json` is the project. Its
- * `deno.json(c)` is passed with `--config`; a project with only a
- * `package.json` gets `--node-modules-dir=manual`, so bare specifiers and
- * `#` subpath imports resolve from its `package.json` and `node_modules`
- * (the worker's main module is a `data:` URL, from which Deno would not
- * discover either).
+ * own project ({@linkcode denoProjectFile}): a `deno.json(c)` is passed
+ * with `--config`; a project with only a `package.json` gets
+ * `--node-modules-dir=manual`, so bare specifiers and `#` subpath imports
+ * resolve from its `package.json` and `node_modules` (the worker's main
+ * module is a `data:` URL, from which Deno would not discover either).
  *
  * @param start The module's directory.
  * @returns The flags (empty when the module belongs to no project).
  */
 function denoProjectFlags(start: string): string[] {
-  let dir = start;
-  while (true) {
-    for (const name of ["deno.json", "deno.jsonc"]) {
-      const candidate = join(dir, name);
-      if (existsSync(candidate)) return ["--config", candidate];
-    }
-    if (existsSync(join(dir, "package.json"))) {
-      return ["--node-modules-dir=manual"];
-    }
-    const parent = dirname(dir);
-    if (parent === dir) return [];
-    dir = parent;
-  }
+  const file = denoProjectFile(start);
+  if (file === undefined) return [];
+  return file.endsWith("/package.json")
+    ? ["--node-modules-dir=manual"]
+    : ["--config", file];
 }
 
 /** Options of {@linkcode denoRunArgv}. */

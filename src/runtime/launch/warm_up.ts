@@ -4,7 +4,9 @@
  * runs the module once (twice for a cache never warmed) with no grants at
  * all, no environment and no setup, in the OS sandbox, with only the cache
  * writable; stdin is empty, so the worker imports its module, says hello
- * and ends. Asynchronous: the parent's event loop runs on meanwhile (a
+ * and ends. None runs while the cache's warm mark is current (nothing it
+ * compiled changed since an earlier warm-up: code_cache.ts `warmMarkCurrent`),
+ * so a later process of the same program pays no warm-up start. Asynchronous: the parent's event loop runs on meanwhile (a
  * module that hangs at import stalls nothing but its own start). Concurrent
  * starts of a module share one warm-up; each waits for it at most until its
  * start's deadline and no longer than its caller's abort.
@@ -21,8 +23,12 @@ import {
   markWarmUpStuck,
   pruneCodeCachesOnce,
   touchCodeCache,
+  warmMarkCurrent,
   warmUpStuckRecently,
 } from "./code_cache.ts";
+import { denoProjectFile } from "./deno_command.ts";
+import { runtimeBinary } from "./lookups.ts";
+import { dirname, fileURLToPath } from "../node_builtins.ts";
 import { resolvePermissions } from "../permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../types.ts";
 import type { WorkerCommand, WorkerCommandInput } from "./types.ts";
@@ -42,6 +48,14 @@ interface WarmUp {
   stop(): void;
 }
 
+/** A cache whose warm mark was current: no warm-up in this process. */
+const WARMED: WarmUp = {
+  done: Promise.resolve(),
+  finished: true,
+  waiters: 0,
+  stop() {},
+};
+
 /** Warm-ups of this process, by cache directory. */
 const warmUps = new Map<string, WarmUp>();
 
@@ -49,6 +63,44 @@ const warmUps = new Map<string, WarmUp>();
 const running = new Set<ChildHandle>();
 
 let reaping = false;
+
+/** How many warm-up starts this process spawned. */
+let spawned = 0;
+
+/**
+ * How many warm-up starts this process spawned (tests count them: a later
+ * process of the same program spawns none).
+ *
+ * @returns The count.
+ */
+export function warmUpStarts(): number {
+  return spawned;
+}
+
+/**
+ * What the compiled code depends on besides the sources Deno compiled: the
+ * Deno binary, the module's file and its project's file (`deno.json`,
+ * `deno.jsonc` or `package.json`: imports resolve through it). Paths that
+ * cannot be found are left out.
+ */
+function warmUpSources(
+  input: WorkerCommandInput,
+  adapter: RuntimeAdapter,
+): string[] {
+  const sources: string[] = [];
+  try {
+    sources.push(runtimeBinary("deno", adapter, input));
+  } catch {
+    // Not found: the start fails on it anyway.
+  }
+  if (input.moduleUrl?.protocol === "file:") {
+    const module = fileURLToPath(input.moduleUrl);
+    sources.push(module);
+    const project = input.config ?? denoProjectFile(dirname(module));
+    if (project !== undefined) sources.push(project);
+  } else if (input.config !== undefined) sources.push(input.config);
+  return sources;
+}
 
 /** Reads a stream to its end, dropping what it holds. */
 async function drain(stream: ReadableStream<Uint8Array>): Promise<void> {
@@ -90,6 +142,7 @@ async function runToEnd(
   } catch {
     return false;
   }
+  spawned++;
   run.child = child;
   running.add(child);
   if (!reaping) {
@@ -120,6 +173,7 @@ function startWarmUp(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   dir: string,
+  sources: readonly string[],
 ): WarmUp {
   const run: Run = { stopped: false, child: undefined, timedOut: false };
   let command: WorkerCommand | undefined;
@@ -153,6 +207,7 @@ function startWarmUp(
     // at import): the start does not wait for another.
     if (warmUpStuckRecently(dir)) return;
     const runs = isWarm(dir) ? 1 : 2;
+    const since = Date.now();
     for (let i = 0; i < runs; i++) {
       // Not started, killed at its timeout or stopped: not marked.
       if (!(await runToEnd(adapter, command, run))) {
@@ -162,7 +217,7 @@ function startWarmUp(
     }
     try {
       clearLocationData(dir);
-      markWarm(dir);
+      markWarm(dir, sources, since);
     } catch {
       // Warmed anyway; a later process warms it again.
     }
@@ -185,8 +240,9 @@ function startWarmUp(
 
 /**
  * Warms a sandboxed Deno worker's private code cache before its start, once
- * per cache and process (a warm-up that no one waits for any more is
- * killed, unmarked, and a later start tries again). A warm-up that fails
+ * per cache and process, and not at all while its warm mark is current (a
+ * warm-up that no one waits for any more is killed, unmarked, and a later
+ * start tries again). A warm-up that fails
  * or times out leaves the cache unmarked: the worker starts all the same,
  * reading what is there (slower, never less confined).
  *
@@ -214,7 +270,13 @@ export async function warmUpCodeCache(
   signal?.throwIfAborted();
   let warmUp = warmUps.get(dir);
   if (warmUp === undefined) {
-    warmUp = startWarmUp(input, adapter, dir);
+    const sources = warmUpSources(input, adapter);
+    // Warmed by an earlier process, and nothing it compiled changed since.
+    if (warmMarkCurrent(dir, sources)) {
+      warmUps.set(dir, WARMED);
+      return true;
+    }
+    warmUp = startWarmUp(input, adapter, dir, sources);
     warmUps.set(dir, warmUp);
   }
   if (warmUp.finished) return true;
