@@ -13,7 +13,6 @@ import {
 import type { CallMessage } from "../protocol/messages.ts";
 import { encodeMessage } from "../protocol/encode_message.ts";
 import { describe } from "../_validate.ts";
-import type { CallRecord } from "./connection.ts";
 import type { CallKey, CallOptions } from "./options.ts";
 import {
   resolveCallOptions,
@@ -23,6 +22,7 @@ import {
   type CallCanceller,
   CallHandle,
   DEFAULT_WINDOW,
+  type StreamableCall,
   type StreamState,
 } from "./_stream.ts";
 import {
@@ -32,6 +32,58 @@ import {
 } from "./_events.ts";
 
 let nextId = 1;
+
+/**
+ * One call on its way through a connection. Owned by a session or pool. A
+ * streaming call's values go to its `stream`; its `end` resolves it with
+ * `STREAM_END`, or with the values collected when it is `awaited`.
+ */
+export interface CallRecord extends StreamableCall {
+  /** The request id (unique per parent process, so a retry may keep it). */
+  readonly id: number;
+  /** The op. */
+  readonly op: string;
+  /** The encoded frame. */
+  readonly chunks: Uint8Array[];
+  /** Deadline once written, in ms; 0 for none. */
+  readonly timeoutMs: number;
+  /** Whether the op may run twice. */
+  readonly idempotent: boolean;
+  /** Times it has been handed to a worker. */
+  attempts: number;
+  /** Whether its promise has settled. */
+  settled: boolean;
+  /** Settles the call. */
+  resolve(value: unknown): void;
+  /** Settles the call. */
+  reject(error: unknown): void;
+  /**
+   * Its deadline in the connection that holds it (ms since the epoch); 0
+   * while it has none. Kept by the connection.
+   */
+  dueAt: number;
+  /** When that deadline started counting. Kept by the connection. */
+  dueFrom: number;
+  /** Its place in the order calls were written to that connection. */
+  writtenSeq: number;
+  /**
+   * Whether its handler may have started, in any attempt: set when it is
+   * written to a free slot, when a call written ahead starts, when it is
+   * abandoned while written, and when it is lost with a worker that may
+   * have started it. Never cleared: it decides `executed` ("maybe" or "no").
+   */
+  mayHaveRun: boolean;
+  /**
+   * Whether a timed-out or aborted call rejects only once its handler is
+   * no longer running (`settle: "stopped"`).
+   */
+  readonly settleStopped: boolean;
+  /**
+   * Whether it must be answered with a value (a `setup` call): `items` for
+   * it is a protocol error.
+   */
+  plain?: boolean;
+}
 
 /** A call record with its promise and abort wiring. */
 export interface PendingCall extends CallRecord {
@@ -83,28 +135,36 @@ const NO_EXTRAS: CallExtras = {
   settleStopped: false,
 };
 
+/** Options of {@linkcode createCall}. */
+export interface NewCallOptions {
+  /** Deadline once written, in ms (0: none). */
+  timeoutMs: number;
+  /** Whether the op may run twice. */
+  idempotent: boolean;
+  /** The caller's signal. */
+  signal?: AbortSignal | undefined;
+  /** Whole-call deadline, progress callback, stream window (default: none). */
+  extras?: CallExtras;
+  /**
+   * Its context on the tracing channel, when traced: the W3C trace context
+   * a subscriber set on it travels with the call.
+   */
+  trace?: CallTraceContext | undefined;
+}
+
 /**
  * Encodes a call and creates its record. Nothing is written yet.
  *
  * @param op The op.
  * @param args Its arguments.
- * @param timeoutMs Deadline once written (0: none).
- * @param signal The caller's signal.
- * @param idempotent Whether the op may run twice.
- * @param extras Whole-call deadline, progress callback, stream window.
- * @param trace Its context on the tracing channel, when traced: the W3C
- *   trace context a subscriber set on it travels with the call.
+ * @param options Its deadline, idempotence, signal, extras and trace.
  * @returns The record.
  * @throws {TypeError} when an argument cannot cross, naming where it sits.
  */
 export function createCall(
   op: string,
   args: unknown[],
-  timeoutMs: number,
-  signal: AbortSignal | undefined,
-  idempotent: boolean,
-  extras: CallExtras = NO_EXTRAS,
-  trace?: CallTraceContext,
+  options: NewCallOptions,
 ): PendingCall {
   if (typeof op !== "string" || op === "") {
     throw new TypeError(
@@ -119,6 +179,8 @@ export function createCall(
     );
   }
   const id = nextId++;
+  const extras = options.extras ?? NO_EXTRAS;
+  const trace = options.trace;
   const { windowItems, windowBytes } = extras;
   // The window travels only when it is not the protocol's default.
   const message: CallMessage =
@@ -134,11 +196,8 @@ export function createCall(
     id,
     op,
     encodeMessage(message),
-    timeoutMs,
-    idempotent,
-    signal,
+    options,
     extras,
-    trace,
   );
 }
 
@@ -246,21 +305,18 @@ class Call implements PendingCall {
     id: number,
     op: string,
     chunks: Uint8Array[],
-    timeoutMs: number,
-    idempotent: boolean,
-    signal: AbortSignal | undefined,
+    options: NewCallOptions,
     extras: CallExtras,
-    trace: CallTraceContext | undefined,
   ) {
     this.id = id;
     this.op = op;
     this.chunks = chunks;
-    this.timeoutMs = timeoutMs;
-    this.idempotent = idempotent;
-    this.signal = signal;
+    this.timeoutMs = options.timeoutMs;
+    this.idempotent = options.idempotent;
+    this.signal = options.signal;
     this.totalTimeoutMs = extras.totalTimeoutMs;
     this.key = extras.key;
-    this.trace = trace;
+    this.trace = options.trace;
     this.onProgress = extras.onProgress;
     this.windowItems = extras.windowItems;
     this.windowBytes = extras.windowBytes;
@@ -405,26 +461,21 @@ export function prepareCall(
   defaults: { callTimeoutMs: number; idempotent: ReadonlySet<string> },
   trace?: CallTraceContext,
 ): PendingCall {
+  const idempotent = defaults.idempotent.has(op);
   if (options === undefined) {
-    // No options: the defaults, without an object of them per call.
-    return createCall(
-      op,
-      args,
-      defaults.callTimeoutMs,
-      undefined,
-      defaults.idempotent.has(op),
-      NO_EXTRAS,
+    // No options: the defaults.
+    return createCall(op, args, {
+      timeoutMs: defaults.callTimeoutMs,
+      idempotent,
       trace,
-    );
+    });
   }
   const resolved = resolveCallOptions(options, defaults.callTimeoutMs);
-  return createCall(
-    op,
-    args,
-    resolved.timeoutMs,
-    resolved.signal,
-    defaults.idempotent.has(op),
-    resolved,
+  return createCall(op, args, {
+    timeoutMs: resolved.timeoutMs,
+    idempotent,
+    signal: resolved.signal,
+    extras: resolved,
     trace,
-  );
+  });
 }

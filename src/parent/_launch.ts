@@ -180,7 +180,10 @@ export async function runSetup(
     const left = options.startTimeoutMs === 0
       ? 0
       : Math.max(1, options.startTimeoutMs - (Date.now() - since));
-    const call = createCall(op, args, left, undefined, false);
+    const call = createCall(op, args, {
+      timeoutMs: left,
+      idempotent: false,
+    });
     // A setup call is answered with a value, never a stream.
     call.plain = true;
     conn.send(call);

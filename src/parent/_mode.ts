@@ -12,12 +12,13 @@
 import { SessionClosedError } from "../errors.ts";
 import { isRunning } from "../runtime/proc.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import type { CallRecord, Connection } from "./connection.ts";
+import type { Connection } from "./connection.ts";
 import type { ConnectionExit } from "./_exit.ts";
 import { crashError } from "./_exit.ts";
 import {
   armTotalDeadline,
   callHandle,
+  type CallRecord,
   markExecuted,
   noteSent,
   onCallAbort,

@@ -29,8 +29,8 @@ import {
   bindPidNamespace,
   type PidNamespaceLease,
 } from "../runtime/sandbox/pid_namespace.ts";
+import type { CallRecord } from "./_call.ts";
 import {
-  type CallRecord,
   type Connection,
   type ConnectionEvents,
   startConnection,

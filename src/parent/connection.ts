@@ -1,7 +1,10 @@
 /**
- * One live worker process: spawn, ready handshake, request-id routing,
- * per-call deadlines, cancel with a grace period, stderr tail, and exit
- * diagnostics. Sessions, one-shot calls and pools are built from these.
+ * One live worker process: spawn, ready handshake, request-id routing, and
+ * exit diagnostics. Sessions, one-shot calls and pools are built from
+ * these. The calls in flight, their deadlines and the write-ahead window are
+ * `_call_table.ts`; abandoned calls `_abandoned.ts`; the liveness check
+ * `_liveness.ts`; occupancy `_occupancy.ts`; the stdout watch
+ * `_stdout_watch.ts`; settling with an answer `_answer.ts`.
  *
  * @module
  */
@@ -15,14 +18,12 @@ import { FrameReader } from "../protocol/frame_reader.ts";
 import {
   CONTROL_ID,
   decodeMessage,
-  type EndMessage,
-  type ErrorMessage,
   type HelloMessage,
   type ItemsMessage,
   LIMIT_MESSAGE_VERSION,
   LIVENESS_MESSAGE_VERSION,
+  type Message,
   PID_MESSAGE_VERSION,
-  type ResultMessage,
   type WorkerMessage,
 } from "../protocol/messages.ts";
 import { encodeMessage } from "../protocol/encode_message.ts";
@@ -35,15 +36,19 @@ import {
   type LimitMechanisms,
   NO_MECHANISMS,
 } from "../runtime/sandbox/limits/types.ts";
+import { readRssBytes } from "../runtime/proc.ts";
+import type { CallRecord } from "./_call.ts";
+import { CallTable } from "./_call_table.ts";
+import { AbandonedCalls } from "./_abandoned.ts";
+import { LIVENESS_GRACE_MS, LivenessCheck } from "./_liveness.ts";
+import { Occupancy } from "./_occupancy.ts";
 import {
-  holdsFile,
-  isRunning,
-  readRssBytes,
-  stdoutTarget,
-} from "../runtime/proc.ts";
-import { DeadlineQueue } from "./_deadlines.ts";
-import { markExecuted } from "./_call.ts";
-import { WriteAheadWindow } from "./_write_ahead.ts";
+  afterStdoutEnd,
+  type StdoutWatch,
+  watchStdout,
+} from "./_stdout_watch.ts";
+import { hintContext, settleWithAnswer } from "./_answer.ts";
+import type { HintContext } from "./_hints.ts";
 import { clockMayHaveMoved, readingAnswers } from "./_metrics.ts";
 import {
   type ConnectionExit,
@@ -54,93 +59,12 @@ import {
 import { startError } from "./_start_error.ts";
 import { WorkerLog } from "./_log.ts";
 import type { LogSink } from "./_log_sink.ts";
-import { describeValue, toRemoteError } from "./_remote_error.ts";
-import type { HintContext } from "./_hints.ts";
 import { registerWorker, unregisterWorker } from "./_registry.ts";
 import { answerDelayMs } from "./_faults.ts";
-import {
-  STREAM_END,
-  type StreamableCall,
-  type StreamCarrier,
-  streamOf,
-} from "./_stream.ts";
-
-/**
- * How long a worker whose call timed out has to answer the liveness check
- * (`ping`, answered from its event loop) before it counts as wedged (its
- * event loop blocked, e.g. by a handler stuck in synchronous code) and is
- * ended. Long enough for a loaded machine's scheduling and a GC pause.
- */
-export const LIVENESS_GRACE_MS = 1_000;
-/**
- * How long a call settled only once stopped (`settle: "stopped"`) waits,
- * after its worker's spawned process exited, for the worker's own process
- * (which a sandbox wrapper may outlive by moments) to be gone.
- */
-const STOPPED_GONE_LIMIT_MS = 2_000;
+import { type StreamCarrier, streamOf } from "./_stream.ts";
 
 /** How long to keep reading stdout after the process exited. */
 const DRAIN_AFTER_EXIT_MS = 1_000;
-/** How long a process may run on after its stdout ended before it is killed. */
-const STDOUT_END_GRACE_MS = 1_000;
-/**
- * How often a sandboxed worker with calls in flight is checked for still
- * holding its stdout (the sandbox's own processes keep the pipe open, so
- * its end is never seen).
- */
-const STDOUT_CHECK_MS = 1_000;
-
-/**
- * One call on its way through a connection. Owned by a session or pool. A
- * streaming call's values go to its `stream`; its `end` resolves it with
- * `STREAM_END`, or with the values collected when it is `awaited`.
- */
-export interface CallRecord extends StreamableCall {
-  /** The request id (unique per parent process, so a retry may keep it). */
-  readonly id: number;
-  /** The op. */
-  readonly op: string;
-  /** The encoded frame. */
-  readonly chunks: Uint8Array[];
-  /** Deadline once written, in ms; 0 for none. */
-  readonly timeoutMs: number;
-  /** Whether the op may run twice. */
-  readonly idempotent: boolean;
-  /** Times it has been handed to a worker. */
-  attempts: number;
-  /** Whether its promise has settled. */
-  settled: boolean;
-  /** Settles the call. */
-  resolve(value: unknown): void;
-  /** Settles the call. */
-  reject(error: unknown): void;
-  /**
-   * Its deadline in the connection that holds it (ms since the epoch); 0
-   * while it has none. Kept by the connection.
-   */
-  dueAt: number;
-  /** When that deadline started counting. Kept by the connection. */
-  dueFrom: number;
-  /** Its place in the order calls were written to that connection. */
-  writtenSeq: number;
-  /**
-   * Whether its handler may have started, in any attempt: set when it is
-   * written to a free slot, when a call written ahead starts, when it is
-   * abandoned while written, and when it is lost with a worker that may
-   * have started it. Never cleared: it decides `executed` ("maybe" or "no").
-   */
-  mayHaveRun: boolean;
-  /**
-   * Whether a timed-out or aborted call rejects only once its handler is
-   * no longer running (`settle: "stopped"`).
-   */
-  readonly settleStopped: boolean;
-  /**
-   * Whether it must be answered with a value (a `setup` call): `items` for
-   * it is a protocol error.
-   */
-  plain?: boolean;
-}
 
 /** What a connection tells its owner. */
 export interface ConnectionEvents {
@@ -212,10 +136,6 @@ function reapOnExit(adapter: RuntimeAdapter): void {
   });
 }
 
-function timeoutReason(call: CallRecord): string {
-  return `killed by airlock because call "${call.op}" (id ${call.id}) timed out twice in a row`;
-}
-
 /** A live worker process. Create with {@linkcode startConnection}. */
 export class Connection {
   /** The worker module (or command), for messages. */
@@ -233,32 +153,41 @@ export class Connection {
   #child: ChildHandle;
   #hello: HelloMessage | undefined;
   #workerPid: number | undefined;
-  #pending = new Map<number, CallRecord>();
-  /** Deadlines of the calls written. */
-  #deadlines = new DeadlineQueue<CallRecord>(
-    (call, startedAt) => this.#timeout(call, startedAt),
-    () => this.#pending.values(),
-  );
-  #cancelling = new Map<number, ReturnType<typeof setTimeout>>();
-  #log: WorkerLog;
-  #killReason: string | undefined;
-  #requested = false;
-  #protocolError: ProtocolError | undefined;
-  #exit: ConnectionExit | undefined;
   #resolveReady!: (hello: HelloMessage) => void;
   #rejectReady!: (error: Error) => void;
+  /** The calls written and not answered, their deadlines and window. */
+  #calls: CallTable;
+  /** Abandoned calls the worker may still run. */
+  #abandoned = new AbandonedCalls();
+  /** The liveness check after a timeout. */
+  #liveness = new LivenessCheck();
+  /** Freed slots and idle waiters, told to the owner. */
+  #occupancy: Occupancy;
+  #log: WorkerLog;
+  /** What access hints of the worker's errors are computed from. */
+  #hints: () => HintContext | undefined;
+  #consecutiveTimeouts = 0;
+  #killReason: string | undefined;
+  /** Whether the owner asked for the exit (no crash to report). */
+  #requested = false;
+  #shutdownWritten = false;
+  #protocolError: ProtocolError | undefined;
   #fatal: StartFatal | undefined;
   #truncated: Truncation | undefined;
-  #consecutiveTimeouts = 0;
-  /** Which written calls wait in the worker's queue, and which never started. */
-  #window = new WriteAheadWindow<CallRecord>();
-  /**
-   * Calls abandoned with `settle: "stopped"`, by id, with what they reject
-   * with: they settle once the worker answers them or is gone.
-   */
-  #stopping = new Map<number, { call: CallRecord; reason: unknown }>();
-  /** The grace timer of the liveness check in progress, if any. */
-  #liveness: ReturnType<typeof setTimeout> | undefined;
+  #exit: ConnectionExit | undefined;
+  #stdoutReader: ChunkReader | undefined;
+  #stdoutCancelled = false;
+  /** Whether a sandboxed worker still holds its stdout, while checked. */
+  #stdoutWatch: StdoutWatch | undefined;
+  /** What streams of this connection's calls use to credit the worker. */
+  #carrier: StreamCarrier = {
+    credit: (id, items, bytes) => {
+      if (this.#exit || this.#calls.get(id) === undefined) return;
+      this.#child.write(encodeMessage({ type: "credit", id, items, bytes }))
+        .catch(() => {});
+    },
+    holdDeadline: (id, held) => this.#calls.holdDeadline(id, held),
+  };
 
   /** @internal Use {@linkcode startConnection}. */
   constructor(options: ConnectionOptions, child: ChildHandle) {
@@ -267,10 +196,17 @@ export class Connection {
     this.module = options.command.module;
     this.spawnPid = child.pid;
     this.startedAt = Date.now();
+    this.#calls = new CallTable(
+      (call, startedAt) => this.#timeout(call, startedAt),
+      (call) => options.events.onStarted?.(call),
+    );
+    this.#occupancy = new Occupancy(options.events);
     this.#log = new WorkerLog(options.onLog, () => ({
       module: this.module,
       pid: this.pid,
     }));
+    const sandboxed = options.command.sandboxes.length > 0;
+    this.#hints = () => hintContext(options.grants, sandboxed, options.adapter);
     this.ready = new Promise<HelloMessage>((resolve, reject) => {
       this.#resolveReady = resolve;
       this.#rejectReady = reject;
@@ -282,22 +218,7 @@ export class Connection {
     const stdoutDone = this.#pumpStdout();
     const stderrDone = this.#log.pumpStderr(child.stderr);
     this.closed = this.#watchExit(stdoutDone, stderrDone);
-    if (options.startTimeoutMs > 0) {
-      const began = options.startBegan ?? this.startedAt;
-      const timer = setTimeout(() => {
-        if (this.#hello || this.#exit) return;
-        const error = new WorkerTimeoutError({
-          module: this.module,
-          pid: this.spawnPid,
-          timeoutMs: options.startTimeoutMs,
-          elapsedMs: Date.now() - began,
-          phase: "start",
-        });
-        this.#rejectReady(error);
-        this.kill("not ready before startTimeoutMs");
-      }, Math.max(0, options.startTimeoutMs - (this.startedAt - began)));
-      this.ready.then(() => clearTimeout(timer), () => clearTimeout(timer));
-    }
+    if (options.startTimeoutMs > 0) this.#startDeadline(options.startTimeoutMs);
   }
 
   /**
@@ -326,7 +247,12 @@ export class Connection {
 
   /** Calls written and not yet answered. */
   get inFlight(): number {
-    return this.#pending.size;
+    return this.#calls.size;
+  }
+
+  /** Calls the worker is still running: in flight plus abandoned ones that have not stopped. */
+  get occupancy(): number {
+    return this.#calls.size + this.#abandoned.running;
   }
 
   /** Whether the process is still running (as far as airlock knows). */
@@ -346,6 +272,27 @@ export class Connection {
     return this.#log.tail;
   }
 
+  /**
+   * Whether a call in flight here is a stream that has sent values: it may
+   * hold its slot for long, so nothing should be written ahead behind it.
+   */
+  get streaming(): boolean {
+    return this.#calls.streaming;
+  }
+
+  /**
+   * Whether a liveness check is in progress (a call timed out, the worker
+   * has not answered the ping yet): nothing new should be written to it.
+   */
+  get checking(): boolean {
+    return this.#liveness.active;
+  }
+
+  /** Whether the worker starts queued calls in arrival order and honours `limit`. */
+  get ordered(): boolean {
+    return (this.#hello?.version ?? 0) >= LIMIT_MESSAGE_VERSION;
+  }
+
   /** Keeps the worker's output from now on out of the log (not the tail). */
   quietLog(): void {
     this.#log.quiet();
@@ -355,30 +302,6 @@ export class Connection {
   rssBytes(): number | undefined {
     if (!this.#options.command.local) return undefined;
     return readRssBytes(this.pid);
-  }
-
-  /**
-   * Whether a call in flight here is a stream that has sent values: it may
-   * hold its slot for long, so nothing should be written ahead behind it.
-   */
-  get streaming(): boolean {
-    for (const call of this.#pending.values()) {
-      if (call.stream !== undefined) return true;
-    }
-    return false;
-  }
-
-  /**
-   * Whether a liveness check is in progress (a call timed out, the worker
-   * has not answered the ping yet): nothing new should be written to it.
-   */
-  get checking(): boolean {
-    return this.#liveness !== undefined;
-  }
-
-  /** Whether the worker starts queued calls in arrival order and honours `limit`. */
-  get ordered(): boolean {
-    return (this.#hello?.version ?? 0) >= LIMIT_MESSAGE_VERSION;
   }
 
   /**
@@ -392,14 +315,13 @@ export class Connection {
    */
   limit(concurrency: number): boolean {
     if (!this.ordered || !this.#hello || this.#exit) return false;
-    this.#window.limit(Math.min(concurrency, this.#hello.concurrency));
-    this.#child.write(
-      encodeMessage({
-        type: "limit",
-        id: CONTROL_ID,
-        concurrency: this.#window.slots,
-      }),
-    ).catch(() => {});
+    const window = this.#calls.window;
+    window.limit(Math.min(concurrency, this.#hello.concurrency));
+    this.#writeControl({
+      type: "limit",
+      id: CONTROL_ID,
+      concurrency: window.slots,
+    });
     return true;
   }
 
@@ -411,112 +333,10 @@ export class Connection {
    *   waits in the worker's queue (`onStarted` tells when it starts).
    */
   send(call: CallRecord): boolean {
-    call.attempts++;
-    this.#pending.set(call.id, call);
-    // A deadline it had in an earlier connection is not one here.
-    call.dueAt = 0;
+    const starts = this.#calls.add(call);
     this.#syncRef();
-    // Written ahead, it waits in the worker's queue, its deadline with it.
-    const ahead = this.#window.written(call, this.#pending.size);
-    if (!ahead) call.mayHaveRun = true;
-    if (!ahead && call.timeoutMs > 0) {
-      // The deadline counts from when the call is written. Until the write
-      // completes it also counts from now, so a worker that stopped reading
-      // its stdin (a full pipe) cannot hold the call forever.
-      this.#deadlines.add(call);
-    }
-    const written = this.#child.write(call.chunks);
-    // Frames sent in one turn share one write (and its promise): one
-    // handler per write, not per call, restarts their deadlines (a call
-    // written ahead has none until it is promoted: restarting it is a no-op).
-    if (written === this.#written) {
-      if (call.timeoutMs > 0) this.#writtenCalls.push(call);
-      return !ahead;
-    }
-    const calls: CallRecord[] = call.timeoutMs > 0 ? [call] : [];
-    this.#written = written;
-    this.#writtenCalls = calls;
-    written.then(() => {
-      if (this.#written === written) this.#written = undefined;
-      this.#deadlines.restartAll(calls);
-    }, () => {
-      if (this.#written === written) this.#written = undefined;
-      // The pipe broke: the exit handler reports the calls as lost.
-    });
-    return !ahead;
-  }
-
-  /** A call written ahead starts: its deadline starts now. */
-  #start = (call: CallRecord): void => {
-    call.mayHaveRun = true;
-    if (call.timeoutMs > 0) this.#deadlines.add(call);
-    this.#options.events.onStarted?.(call);
-  };
-
-  #inFlightHere = (call: CallRecord): boolean =>
-    this.#pending.get(call.id) === call;
-
-  /** Starts the calls written ahead that freed slots let start. */
-  #promote(): void {
-    if (this.#window.waiting === 0) return;
-    this.#window.promote(this.#pending.size, this.#inFlightHere, this.#start);
-  }
-
-  /** The write the last call went into, while it is in progress. */
-  #written: Promise<void> | undefined;
-  /** The calls with a deadline in that write. */
-  #writtenCalls: CallRecord[] = [];
-
-  #timeout(call: CallRecord, startedAt: number): void {
-    if (this.#pending.get(call.id) !== call) return;
-    this.#consecutiveTimeouts++;
-    this.#abandon(
-      call,
-      new WorkerTimeoutError({
-        module: this.module,
-        op: call.op,
-        pid: this.pid,
-        timeoutMs: call.timeoutMs,
-        elapsedMs: Date.now() - startedAt,
-        phase: "call",
-      }),
-      "timed out",
-    );
-    if (this.#consecutiveTimeouts >= 2) this.kill(timeoutReason(call));
-    else this.#checkLiveness(call);
-    this.#options.events.onTimeout(call);
-  }
-
-  /**
-   * Asks the worker's event loop whether it turns (`ping`): a worker that
-   * does not answer within {@linkcode LIVENESS_GRACE_MS} is wedged and is
-   * killed, so the next call runs on a fresh one; one that answers is slow
-   * and keeps its other calls. Workers of message version 4 answer it.
-   */
-  #checkLiveness(call: CallRecord): void {
-    if (
-      this.#liveness !== undefined || this.#exit !== undefined ||
-      this.#killReason !== undefined ||
-      (this.#hello?.version ?? 0) < LIVENESS_MESSAGE_VERSION
-    ) {
-      return;
-    }
-    this.#liveness = setTimeout(() => {
-      this.#liveness = undefined;
-      this.kill(
-        `killed by airlock because it did not answer a liveness check within ${LIVENESS_GRACE_MS} ms after call "${call.op}" (id ${call.id}) timed out: its event loop is blocked (a handler stuck in synchronous code?)`,
-      );
-      this.#options.events.onLiveness?.(false);
-    }, LIVENESS_GRACE_MS);
-    this.#child.write(encodeMessage({ type: "ping", id: CONTROL_ID }))
-      .catch(() => {});
-  }
-
-  #onPong(): void {
-    if (this.#liveness === undefined) return;
-    clearTimeout(this.#liveness);
-    this.#liveness = undefined;
-    this.#options.events.onLiveness?.(true);
+    this.#calls.wrote(call, this.#child.write(call.chunks));
+    return starts;
   }
 
   /**
@@ -529,85 +349,9 @@ export class Connection {
    * @returns Whether the call was in flight here.
    */
   cancel(call: CallRecord, reason: unknown): boolean {
-    if (this.#pending.get(call.id) !== call) return false;
+    if (!this.#calls.has(call)) return false;
     this.#abandon(call, reason, "cancelled");
     return true;
-  }
-
-  #abandon(call: CallRecord, reason: unknown, what: string): void {
-    this.#pending.delete(call.id);
-    this.#deadlines.delete(call);
-    if (!this.#window.abandoned(call)) this.#promote();
-    const grace = this.#options.cancelGraceMs;
-    this.#cancelling.set(
-      call.id,
-      setTimeout(() => {
-        this.#cancelling.delete(call.id);
-        this.kill(
-          `killed by airlock because ${what} call "${call.op}" (id ${call.id}) did not stop within ${grace} ms`,
-        );
-      }, grace),
-    );
-    this.#syncRef();
-    if (call.settleStopped) {
-      // Settles once the worker answers it (#stopped) or is gone.
-      this.#stopping.set(call.id, { call, reason });
-    } else {
-      // Written, so perhaps started (a call written ahead may have started
-      // in the worker before the answer that let it start was read).
-      call.mayHaveRun = true;
-      call.reject(reason);
-    }
-    this.#writeCancel(call.id);
-  }
-
-  /**
-   * A call abandoned with `settle: "stopped"` got its answer: the handler
-   * no longer runs. `dropped`: it never started here; any other answer: it
-   * ran to its end (a worker older than message version 4 answers a call it
-   * dropped with an error, so there it may have run).
-   */
-  #stopped(id: number, dropped: boolean): void {
-    const entry = this.#stopping.get(id);
-    if (entry === undefined) return;
-    this.#stopping.delete(id);
-    const { call, reason } = entry;
-    if (!dropped) {
-      call.mayHaveRun = true;
-      const version = this.#hello?.version ?? 0;
-      if (version >= LIVENESS_MESSAGE_VERSION) markExecuted(reason, "yes");
-    }
-    call.reject(reason);
-  }
-
-  /**
-   * The worker exited with calls abandoned with `settle: "stopped"`: they
-   * reject once its own process is gone (a sandbox's wrapper may exit a
-   * moment before it), the handler perhaps cut short.
-   */
-  async #stoppedByExit(): Promise<void> {
-    const entries = [...this.#stopping.values()];
-    this.#stopping.clear();
-    if (this.#options.command.local) {
-      const until = Date.now() + STOPPED_GONE_LIMIT_MS;
-      while (isRunning(this.pid) && Date.now() < until) {
-        await new Promise((resolve) => setTimeout(resolve, 5));
-      }
-    }
-    for (const { call, reason } of entries) {
-      call.mayHaveRun = true;
-      call.reject(reason);
-    }
-  }
-
-  /** Calls the worker is still running: in flight plus abandoned ones that have not stopped. */
-  get occupancy(): number {
-    return this.#pending.size + this.#cancelling.size;
-  }
-
-  #writeCancel(id: number): void {
-    if (this.#exit) return;
-    this.#child.write(encodeMessage({ type: "cancel", id })).catch(() => {});
   }
 
   /**
@@ -616,94 +360,7 @@ export class Connection {
    * @returns A promise.
    */
   idle(): Promise<void> {
-    if (this.#pending.size === 0) return Promise.resolve();
-    return new Promise<void>((resolve) => this.#idleWaiters.push(resolve));
-  }
-
-  #idleWaiters: (() => void)[] = [];
-
-  #lastOccupancy = 0;
-  #slotFreeQueued = false;
-  #slotFree = (): void => {
-    this.#slotFreeQueued = false;
-    this.#options.events.onSlotFree?.();
-  };
-
-  #syncRef(): void {
-    const occupancy = this.occupancy;
-    const freed = occupancy < this.#lastOccupancy;
-    this.#lastOccupancy = occupancy;
-    if (freed && !this.#slotFreeQueued) {
-      // Once per turn, however many answers a read brought.
-      this.#slotFreeQueued = true;
-      queueMicrotask(this.#slotFree);
-    }
-    if (this.#pending.size === 0 && this.#idleWaiters.length > 0) {
-      const waiters = this.#idleWaiters;
-      this.#idleWaiters = [];
-      for (const resolve of waiters) resolve();
-    }
-    if (this.#exit) return;
-    this.#child.setRef(
-      this.#pending.size > 0 || this.#cancelling.size > 0 || !this.#hello ||
-        this.#requested || this.#killReason !== undefined,
-    );
-  }
-
-  /** The sandboxed worker and the pipe its stdout is, while checked. */
-  #stdoutHeld: { pid: number; pipe: string } | undefined;
-  #stdoutCheck: ReturnType<typeof setInterval> | undefined;
-  #stdoutMissing = false;
-
-  /**
-   * Inside the OS sandbox the sandbox's processes hold the worker's stdout
-   * too, so a worker that closes it is never seen as end-of-file: while
-   * calls are in flight, check once a second that the worker still holds
-   * the pipe (any descriptor on it).
-   */
-  #watchStdoutOf(pid: number | undefined): void {
-    const command = this.#options.command;
-    if (pid === undefined || !command.local || command.sandboxes.length === 0) {
-      return;
-    }
-    const pipe = stdoutTarget(pid);
-    // A pipe, or a socket pair (Bun's node:child_process).
-    if (!pipe?.startsWith("pipe:") && !pipe?.startsWith("socket:")) return;
-    this.#stdoutHeld = { pid, pipe };
-    // One unref'd timer for the worker's life: nothing on the call path.
-    const timer = setInterval(() => this.#checkStdout(), STDOUT_CHECK_MS);
-    (timer as { unref?: () => void }).unref?.();
-    this.#stdoutCheck = timer;
-  }
-
-  #stopStdoutCheck(): void {
-    this.#stdoutHeld = undefined;
-    if (this.#stdoutCheck !== undefined) clearInterval(this.#stdoutCheck);
-    this.#stdoutCheck = undefined;
-  }
-
-  #checkStdout(): void {
-    const held = this.#stdoutHeld;
-    if (held === undefined || this.#pending.size === 0) {
-      this.#stdoutMissing = false;
-      return;
-    }
-    // A process being torn down drops its files before it is a zombie:
-    // only one seen running without its stdout twice, a check apart, closed
-    // it on purpose.
-    if (holdsFile(held.pid, held.pipe) !== false || !isRunning(held.pid)) {
-      this.#stdoutMissing = false;
-      return;
-    }
-    if (!this.#stdoutMissing) {
-      this.#stdoutMissing = true;
-      return;
-    }
-    this.#stopStdoutCheck();
-    this.#log.note("the worker closed its stdout");
-    this.kill(
-      "killed by airlock because it closed its stdout and kept running (it could never answer)",
-    );
+    return this.#occupancy.idle(this.#calls.size);
   }
 
   /**
@@ -755,12 +412,14 @@ export class Connection {
     if (!this.#shutdownWritten) this.#writeShutdown();
   }
 
-  #shutdownWritten = false;
-
   #writeShutdown(): void {
     this.#shutdownWritten = true;
-    this.#child.write(encodeMessage({ type: "shutdown", id: CONTROL_ID }))
-      .catch(() => {});
+    this.#writeControl({ type: "shutdown", id: CONTROL_ID });
+  }
+
+  /** Writes a message that answers nothing; a broken pipe shows at exit. */
+  #writeControl(message: Message): void {
+    this.#child.write(encodeMessage(message)).catch(() => {});
   }
 
   #exitedWithin(ms: number): Promise<boolean> {
@@ -771,6 +430,98 @@ export class Connection {
         resolve(true);
       });
     });
+  }
+
+  /** Fails the start if the worker is not ready within `startTimeoutMs`. */
+  #startDeadline(startTimeoutMs: number): void {
+    const began = this.#options.startBegan ?? this.startedAt;
+    const timer = setTimeout(() => {
+      if (this.#hello || this.#exit) return;
+      const error = new WorkerTimeoutError({
+        module: this.module,
+        pid: this.spawnPid,
+        timeoutMs: startTimeoutMs,
+        elapsedMs: Date.now() - began,
+        phase: "start",
+      });
+      this.#rejectReady(error);
+      this.kill("not ready before startTimeoutMs");
+    }, Math.max(0, startTimeoutMs - (this.startedAt - began)));
+    this.ready.then(() => clearTimeout(timer), () => clearTimeout(timer));
+  }
+
+  #timeout(call: CallRecord, startedAt: number): void {
+    if (!this.#calls.has(call)) return;
+    this.#consecutiveTimeouts++;
+    this.#abandon(
+      call,
+      new WorkerTimeoutError({
+        module: this.module,
+        op: call.op,
+        pid: this.pid,
+        timeoutMs: call.timeoutMs,
+        elapsedMs: Date.now() - startedAt,
+        phase: "call",
+      }),
+      "timed out",
+    );
+    if (this.#consecutiveTimeouts >= 2) {
+      this.kill(
+        `killed by airlock because call "${call.op}" (id ${call.id}) timed out twice in a row`,
+      );
+    } else {
+      this.#checkLiveness(call);
+    }
+    this.#options.events.onTimeout(call);
+  }
+
+  /** Asks a worker of message version 4 whether its event loop turns. */
+  #checkLiveness(call: CallRecord): void {
+    if (
+      this.#exit !== undefined || this.#killReason !== undefined ||
+      (this.#hello?.version ?? 0) < LIVENESS_MESSAGE_VERSION
+    ) {
+      return;
+    }
+    const begun = this.#liveness.begin(() => {
+      this.kill(
+        `killed by airlock because it did not answer a liveness check within ${LIVENESS_GRACE_MS} ms after call "${call.op}" (id ${call.id}) timed out: its event loop is blocked (a handler stuck in synchronous code?)`,
+      );
+      this.#options.events.onLiveness?.(false);
+    });
+    if (begun) this.#writeControl({ type: "ping", id: CONTROL_ID });
+  }
+
+  #abandon(call: CallRecord, reason: unknown, what: string): void {
+    this.#calls.abandoned(call);
+    const grace = this.#options.cancelGraceMs;
+    this.#abandoned.hold(call, grace, () => {
+      this.kill(
+        `killed by airlock because ${what} call "${call.op}" (id ${call.id}) did not stop within ${grace} ms`,
+      );
+    });
+    this.#syncRef();
+    this.#abandoned.settle(call, reason);
+    if (!this.#exit) this.#writeControl({ type: "cancel", id: call.id });
+  }
+
+  /** The answer to a call abandoned here: its handler has stopped. */
+  #lateAnswer(id: number, dropped: boolean): void {
+    this.#calls.window.answered(id);
+    if (this.#abandoned.release(id)) this.#syncRef();
+    const version = this.#hello?.version ?? 0;
+    this.#abandoned.stopped(id, dropped, version >= LIVENESS_MESSAGE_VERSION);
+  }
+
+  #syncRef(): void {
+    const inFlight = this.#calls.size;
+    const running = this.#abandoned.running;
+    this.#occupancy.update(inFlight, running);
+    if (this.#exit) return;
+    this.#child.setRef(
+      inFlight > 0 || running > 0 || !this.#hello || this.#requested ||
+        this.#killReason !== undefined,
+    );
   }
 
   async #pumpStdout(): Promise<void> {
@@ -802,62 +553,45 @@ export class Connection {
       }
       this.#truncated = frames.end().truncated;
       this.#log.endStray();
-      if (this.#exit === undefined) this.#onStdoutEnd();
-    } catch (error: unknown) {
-      if (error instanceof ProtocolError) {
-        this.#protocolError = new ProtocolError(error.message, {
-          module: this.module,
-          cause: error,
-        });
-        this.kill(`killed by airlock after a protocol error: ${error.message}`);
-        reader.cancel().catch(() => {});
-      } else if (this.#exit === undefined && !this.#stdoutCancelled) {
-        // Reading stopped: nothing more would ever be answered, so stop the
-        // worker now rather than let its calls wait for their deadlines.
-        const why = error instanceof Error ? error.message : String(error);
-        this.#log.note(`cannot read worker stdout: ${why}`);
-        this.kill(
-          `killed by airlock because its stdout could not be read: ${why}`,
+      if (this.#exit === undefined) {
+        afterStdoutEnd(
+          this.closed,
+          () => this.#exit === undefined,
+          () => this.#closedStdout(),
         );
       }
+    } catch (error: unknown) {
+      this.#stdoutFailed(error, reader);
     }
   }
 
-  #stdoutReader: ChunkReader | undefined;
-  #stdoutCancelled = false;
-
-  /**
-   * The worker's stdout ended. An exiting process closes it just before
-   * its exit is seen; one that is still running after a grace period closed
-   * it on purpose and can never answer again, so it is stopped and its
-   * calls fail now rather than at their deadlines.
-   */
-  #onStdoutEnd(): void {
-    const timer = setTimeout(() => {
-      if (this.#exit !== undefined) return;
-      this.#log.note("the worker closed its stdout");
+  /** Reading stdout threw: a protocol error, or the pipe failed. */
+  #stdoutFailed(error: unknown, reader: ChunkReader): void {
+    if (error instanceof ProtocolError) {
+      this.#protocolError = new ProtocolError(error.message, {
+        module: this.module,
+        cause: error,
+      });
+      this.kill(`killed by airlock after a protocol error: ${error.message}`);
+      reader.cancel().catch(() => {});
+    } else if (this.#exit === undefined && !this.#stdoutCancelled) {
+      // Reading stopped: nothing more would ever be answered, so stop the
+      // worker now rather than let its calls wait for their deadlines.
+      const why = error instanceof Error ? error.message : String(error);
+      this.#log.note(`cannot read worker stdout: ${why}`);
       this.kill(
-        "killed by airlock because it closed its stdout and kept running (it could never answer)",
+        `killed by airlock because its stdout could not be read: ${why}`,
       );
-    }, STDOUT_END_GRACE_MS);
-    (timer as { unref?: () => void }).unref?.();
-    this.closed.then(() => clearTimeout(timer));
+    }
   }
 
-  /** What streams of this connection's calls use to credit the worker. */
-  #carrier: StreamCarrier = {
-    credit: (id, items, bytes) => {
-      if (this.#exit || !this.#pending.has(id)) return;
-      this.#child.write(encodeMessage({ type: "credit", id, items, bytes }))
-        .catch(() => {});
-    },
-    holdDeadline: (id, held) => {
-      const call = this.#pending.get(id);
-      if (!call || call.timeoutMs <= 0) return;
-      if (held) this.#deadlines.delete(call);
-      else this.#deadlines.add(call);
-    },
-  };
+  /** The worker closed its stdout and kept running: it can never answer. */
+  #closedStdout(): void {
+    this.#log.note("the worker closed its stdout");
+    this.kill(
+      "killed by airlock because it closed its stdout and kept running (it could never answer)",
+    );
+  }
 
   #onMessage(
     message: WorkerMessage | ReturnType<typeof decodeMessage>,
@@ -868,28 +602,26 @@ export class Connection {
       case "result":
       case "error":
       case "end": {
-        const call = this.#pending.get(message.id);
+        const call = this.#calls.get(message.id);
         if (!call) {
           // Late answer to a call that timed out or was cancelled: dropped.
           this.#lateAnswer(message.id, false);
           return;
         }
-        this.#pending.delete(message.id);
         try {
-          this.#deadlines.delete(call);
-          this.#promote();
+          this.#calls.answered(call);
           this.#consecutiveTimeouts = 0;
           this.#syncRef();
         } finally {
-          // Out of the pending map, the call settles here or never.
-          this.#answer(call, message);
+          // Out of the table, the call settles here or never.
+          settleWithAnswer(call, message, this, this.#hints);
         }
         return;
       }
       case "items":
         return this.#onItems(message, payloadBytes);
       case "dropped":
-        if (this.#pending.has(message.id)) {
+        if (this.#calls.get(message.id) !== undefined) {
           throw new ProtocolError(
             `Cannot read message: "dropped" for call ${message.id}, which was not cancelled`,
           );
@@ -897,20 +629,10 @@ export class Connection {
         this.#lateAnswer(message.id, true);
         return;
       case "pong":
-        this.#onPong();
+        if (this.#liveness.answered()) this.#options.events.onLiveness?.(true);
         return;
-      case "progress": {
-        const onProgress = this.#pending.get(message.id)?.onProgress;
-        if (onProgress) {
-          try {
-            onProgress(message.value);
-          } catch {
-            // A throwing progress callback must not break the connection.
-          }
-          clockMayHaveMoved();
-        }
-        return;
-      }
+      case "progress":
+        return this.#onProgress(message.id, message.value);
       case "shutdown-ack":
         // Asked for (by endAfterCalls): the exit that follows is no crash.
         if (this.#shutdownWritten) this.#requested = true;
@@ -935,22 +657,28 @@ export class Connection {
       this.#hello = message;
       // A worker of version 3 starts queued calls in arrival order.
       if (message.version >= LIMIT_MESSAGE_VERSION) {
-        this.#window.ordered(message.concurrency);
+        this.#calls.window.ordered(message.concurrency);
       }
-      this.#workerPid = this.#options.command.local
-        ? this.#options.command.workerPid(this.spawnPid)
+      const command = this.#options.command;
+      this.#workerPid = command.local
+        ? command.workerPid(this.spawnPid)
         : message.pid;
       // The host's pid, which the worker's logs and errors are reported
       // under, written before any call (a handler reads it as this.pid).
-      if (
-        this.#options.command.local &&
-        message.version >= PID_MESSAGE_VERSION
-      ) {
-        this.#child.write(
-          encodeMessage({ type: "pid", id: CONTROL_ID, pid: this.pid }),
-        ).catch(() => {});
+      if (command.local && message.version >= PID_MESSAGE_VERSION) {
+        this.#writeControl({ type: "pid", id: CONTROL_ID, pid: this.pid });
       }
-      this.#watchStdoutOf(this.#workerPid);
+      // Inside the OS sandbox its processes hold the worker's stdout too.
+      if (
+        this.#workerPid !== undefined && command.local &&
+        command.sandboxes.length > 0
+      ) {
+        this.#stdoutWatch = watchStdout(
+          this.#workerPid,
+          () => this.#calls.size > 0,
+          () => this.#closedStdout(),
+        );
+      }
       this.#syncRef();
       this.#resolveReady(message);
       return;
@@ -964,10 +692,22 @@ export class Connection {
     );
   }
 
+  /** A progress report, handed to its call's callback. */
+  #onProgress(id: number, value: unknown): void {
+    const onProgress = this.#calls.get(id)?.onProgress;
+    if (!onProgress) return;
+    try {
+      onProgress(value);
+    } catch {
+      // A throwing progress callback must not break the connection.
+    }
+    clockMayHaveMoved();
+  }
+
   /** A stream's values, handed to its call (dropped once it ended here). */
   #onItems(message: ItemsMessage, payloadBytes: number): void {
     // Values of a call that timed out or was cancelled are dropped.
-    const call = this.#pending.get(message.id);
+    const call = this.#calls.get(message.id);
     if (!call) return;
     if (call.plain) {
       throw new ProtocolError(
@@ -988,74 +728,6 @@ export class Connection {
     }
   }
 
-  /** The answer to a call abandoned here: its handler has stopped. */
-  #lateAnswer(id: number, dropped: boolean): void {
-    this.#window.answered(id);
-    const grace = this.#cancelling.get(id);
-    if (grace !== undefined) {
-      clearTimeout(grace);
-      this.#cancelling.delete(id);
-      this.#syncRef();
-    }
-    this.#stopped(id, dropped);
-  }
-
-  /** What access hints are computed from, when the owner gave the grants. */
-  #hintContext(): HintContext | undefined {
-    const grants = this.#options.grants;
-    if (grants === undefined) return undefined;
-    const adapter = this.#options.adapter;
-    return {
-      permissions: grants.permissions,
-      cwd: grants.cwd,
-      sandboxed: this.#options.command.sandboxes.length > 0,
-      exists(path) {
-        const identity = adapter.pathIdentity(path);
-        return identity === "?" ? undefined : identity !== "-";
-      },
-    };
-  }
-
-  /**
-   * Settles a call with its answer. Total: whatever the worker sent, the
-   * call settles (a hostile error value becomes a `RemoteError` saying so,
-   * and should even that fail, a `ProtocolError`).
-   */
-  #answer(
-    call: CallRecord,
-    message: ResultMessage | ErrorMessage | EndMessage,
-  ): void {
-    try {
-      if (message.type === "result") {
-        call.resolve(message.value);
-      } else if (message.type === "end") {
-        // Awaited as a whole: the values it collected; iterated: the end.
-        call.resolve(
-          call.awaited ? call.stream?.collect() ?? [] : STREAM_END,
-        );
-      } else {
-        const error = toRemoteError(message.error, {
-          module: this.module,
-          op: call.op,
-          pid: this.pid,
-        }, this.#hintContext());
-        // The handler threw: it ran to its end.
-        markExecuted(error, "yes");
-        call.reject(error);
-      }
-    } catch (error: unknown) {
-      const failure = new ProtocolError(
-        `Cannot settle call "${call.op}" (id ${call.id}) with the answer of the worker: ${
-          describeValue(error)
-        }`,
-        { module: this.module, cause: error },
-      );
-      // Answered: the handler ran to its end.
-      markExecuted(failure, "yes");
-      call.reject(failure);
-    }
-  }
-
   async #watchExit(
     stdoutDone: Promise<void>,
     stderrDone: Promise<void>,
@@ -1064,14 +736,10 @@ export class Connection {
     live.delete(this.#child);
     unregisterWorker(this);
     // A reply written just before exiting still counts: drain stdout first.
-    let drainTimer: ReturnType<typeof setTimeout> | undefined;
-    const drained = await Promise.race([
-      Promise.all([stdoutDone, stderrDone]).then(() => true),
-      new Promise<false>((resolve) => {
-        drainTimer = setTimeout(() => resolve(false), DRAIN_AFTER_EXIT_MS);
-      }),
-    ]);
-    clearTimeout(drainTimer);
+    const drained = await settledWithin(
+      Promise.all([stdoutDone, stderrDone]),
+      DRAIN_AFTER_EXIT_MS,
+    );
     if (!drained) {
       this.#stdoutCancelled = true;
       this.#stdoutReader?.cancel().catch(() => {});
@@ -1100,24 +768,12 @@ export class Connection {
       limit,
     };
     this.#exit = exit;
-    this.#deadlines.stop();
-    this.#stopStdoutCheck();
-    const lost = [...this.#pending.values()];
-    this.#pending.clear();
-    const unstarted = this.#window.unstarted(
-      lost,
+    this.#stdoutWatch?.stop();
+    const { lost, unstarted } = this.#calls.clear(
       drained && !this.#truncated && !this.#protocolError,
     );
-    // Not known to be unstarted: it may have run (a call written ahead may
-    // have started before the answer that let it start was read).
-    for (const call of lost) {
-      if (!unstarted.has(call)) call.mayHaveRun = true;
-    }
-    for (const timer of this.#cancelling.values()) clearTimeout(timer);
-    this.#cancelling.clear();
-    if (this.#liveness !== undefined) clearTimeout(this.#liveness);
-    this.#liveness = undefined;
-    if (this.#stopping.size > 0) void this.#stoppedByExit();
+    this.#abandoned.gone(command.local ? this.pid : undefined);
+    this.#liveness.stop();
     if (!this.#hello) {
       this.#rejectReady(
         startError(
@@ -1126,7 +782,7 @@ export class Connection {
           exit,
           this.#fatal,
           this.#truncated,
-          this.#hintContext(),
+          this.#hints(),
         ),
       );
     }
@@ -1134,6 +790,22 @@ export class Connection {
     this.#syncRef();
     return exit;
   }
+}
+
+/** Whether a promise settles within `ms`. */
+async function settledWithin(
+  promise: Promise<unknown>,
+  ms: number,
+): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const settled = await Promise.race([
+    promise.then(() => true),
+    new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  return settled;
 }
 
 /**

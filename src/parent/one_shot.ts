@@ -9,10 +9,10 @@
 
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import type { CallRecord, Connection, ConnectionEvents } from "./connection.ts";
+import type { Connection, ConnectionEvents } from "./connection.ts";
 import type { ConnectionExit } from "./_exit.ts";
 import { crashError } from "./_exit.ts";
-import type { PendingCall } from "./_call.ts";
+import type { CallRecord, PendingCall } from "./_call.ts";
 import { asStartError, launchWorker, runSetup } from "./_launch.ts";
 import { FORCED_REASON, ModeCore, workerGone } from "./_mode.ts";
 import {

@@ -9,9 +9,9 @@
 
 import { detect } from "../runtime/detect.ts";
 import type { RuntimeAdapter } from "../runtime/types.ts";
-import type { CallRecord, Connection, ConnectionEvents } from "./connection.ts";
+import type { Connection, ConnectionEvents } from "./connection.ts";
 import type { ConnectionExit } from "./_exit.ts";
-import type { PendingCall } from "./_call.ts";
+import type { CallRecord, PendingCall } from "./_call.ts";
 import { launchWorker } from "./_launch.ts";
 import { FORCED_REASON, ModeCore } from "./_mode.ts";
 import {
