@@ -71,6 +71,7 @@ export interface ProbeIdentity {
 const AIRLOCK_FILES: readonly URL[] = [
   new URL(import.meta.url),
   new URL("./step.ts", import.meta.url),
+  new URL("./step_libc.ts", import.meta.url),
   new URL("./facts.ts", import.meta.url),
   new URL("./native_step.ts", import.meta.url),
   new URL("./native/confine_x64.ts", import.meta.url),
