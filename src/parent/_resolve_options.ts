@@ -11,11 +11,11 @@
 import {
   basename,
   existsSync,
+  fileKind,
   fileURLToPath,
   isAbsolute,
   pathToFileURL,
   resolve as resolvePath,
-  statSync,
 } from "../runtime/node_builtins.ts";
 import type { RuntimeAdapter, RuntimeName } from "../runtime/types.ts";
 import { WorkerStartError } from "../errors.ts";
@@ -102,7 +102,7 @@ export function resolveModule(module: unknown, cwd: string): URL {
       }
       return url;
     }
-    if (!existsSync(path) || !statSync(path).isFile()) {
+    if (fileKind(path) !== "file") {
       // A start that cannot succeed, refused before any spawn (issue 27).
       throw new WorkerStartError({
         module: basename(path),
@@ -245,7 +245,7 @@ export function resolveWorkerOptions(
   const cwd = options.cwd === undefined
     ? parentCwd
     : toPath("cwd", options.cwd, parentCwd);
-  if (options.cwd !== undefined && !existsSync(cwd)) {
+  if (options.cwd !== undefined && fileKind(cwd) === "missing") {
     throw new TypeError(`Invalid option "cwd": "${cwd}" does not exist`);
   }
   const runtime = oneOf(

@@ -27,6 +27,13 @@ import type * as Path from "node:path";
 import type * as Url from "node:url";
 import type * as Util from "node:util";
 import { nextTurn } from "./turns.ts";
+import {
+  posixBasename,
+  posixFileUrlToPath,
+  posixIsAbsolute,
+  posixPathToFileUrl,
+  posixResolve,
+} from "./posix_path.ts";
 
 interface NodeProcess {
   readonly platform: string;
@@ -41,6 +48,7 @@ interface NodeProcess {
 
 interface DenoBuild {
   readonly build: { readonly os: string; readonly arch: string };
+  statSync(path: string): { readonly isFile: boolean };
 }
 
 function nodeProcess(): NodeProcess {
@@ -196,18 +204,59 @@ export const realpathSync: typeof Fs.realpathSync = lazy(fs, "realpathSync");
 /** `node:fs` `statSync`. */
 export const statSync: typeof Fs.statSync = lazy(fs, "statSync");
 
+/**
+ * What a path is, links followed: a regular file, something else, or
+ * missing (or not to be looked at: no read permission). On Deno by its own
+ * `Deno.statSync`, so that a check made before anything else (a worker's
+ * module, synchronously in `oneShot()`) does not pay the first load of
+ * `node:fs` (on Deno about 10 ms in one block); `node:fs` elsewhere.
+ *
+ * @param path The path.
+ * @returns Its kind.
+ */
+export function fileKind(path: string): "file" | "other" | "missing" {
+  const deno = (globalThis as { Deno?: DenoBuild }).Deno;
+  try {
+    const isFile = deno === undefined
+      ? fs().statSync(path).isFile()
+      : deno.statSync(path).isFile;
+    return isFile ? "file" : "other";
+  } catch {
+    return "missing";
+  }
+}
+
+/**
+ * Whether paths are POSIX ones: then `basename`, `isAbsolute`, `resolve`,
+ * `fileURLToPath` and `pathToFileURL` are airlock's own (`posix_path.ts`,
+ * same results), so that a worker's option validation loads neither
+ * `node:path` nor `node:url`.
+ */
+function posixPaths(): boolean {
+  return process.platform !== "win32";
+}
+
 /** `node:path` `basename`. */
-export const basename: typeof Path.basename = lazy(path, "basename");
+export const basename: typeof Path.basename = (p, suffix) =>
+  suffix === undefined && typeof p === "string" && posixPaths()
+    ? posixBasename(p)
+    : path().basename(p, suffix);
 /** `node:path` `dirname`. */
 export const dirname: typeof Path.dirname = lazy(path, "dirname");
 /** `node:path` `isAbsolute`. */
-export const isAbsolute: typeof Path.isAbsolute = lazy(path, "isAbsolute");
+export const isAbsolute: typeof Path.isAbsolute = (p) =>
+  typeof p === "string" && posixPaths()
+    ? posixIsAbsolute(p)
+    : path().isAbsolute(p);
 /** `node:path` `relative`. */
 export const relative: typeof Path.relative = lazy(path, "relative");
 /** `node:path` `join`. */
 export const join: typeof Path.join = lazy(path, "join");
 /** `node:path` `resolve`. */
-export const resolve: typeof Path.resolve = lazy(path, "resolve");
+export const resolve: typeof Path.resolve = (...paths) =>
+  (posixPaths() && paths.every((p) => typeof p === "string")
+    ? posixResolve(...paths)
+    : undefined) ?? path().resolve(...paths);
 /** `node:path` `posix`: the members airlock uses. */
 export const posix: Pick<
   typeof Path.posix,
@@ -219,21 +268,29 @@ export const posix: Pick<
 };
 
 /** `node:url` `fileURLToPath`. */
-export const fileURLToPath: typeof Url.fileURLToPath = lazy(
-  url,
-  "fileURLToPath",
-);
+export const fileURLToPath: typeof Url.fileURLToPath = (u, options) =>
+  options === undefined && posixPaths()
+    ? posixFileUrlToPath(u)
+    : url().fileURLToPath(u, options);
 /** `node:url` `pathToFileURL`. */
-export const pathToFileURL: typeof Url.pathToFileURL = lazy(
-  url,
-  "pathToFileURL",
-);
+export const pathToFileURL: typeof Url.pathToFileURL = (p, options) =>
+  (options === undefined && typeof p === "string" && posixPaths()
+    ? posixPathToFileUrl(p)
+    : undefined) ?? url().pathToFileURL(p, options);
 
-/** `node:os` `availableParallelism`. */
-export const availableParallelism: typeof Os.availableParallelism = lazy(
-  os,
-  "availableParallelism",
-);
+/**
+ * `node:os` `availableParallelism`: the web's
+ * `navigator.hardwareConcurrency` where there is one (the same count on
+ * Deno and Bun, CPU affinity included), so that resolving a worker's
+ * options does not load `node:os`.
+ */
+export const availableParallelism: typeof Os.availableParallelism = () => {
+  const count = (globalThis as { navigator?: { hardwareConcurrency?: number } })
+    .navigator?.hardwareConcurrency;
+  return typeof count === "number" && Number.isSafeInteger(count) && count > 0
+    ? count
+    : os().availableParallelism();
+};
 
 /** `node:os` `release`. */
 export const osRelease: typeof Os.release = lazy(os, "release");

@@ -63,23 +63,32 @@ async function turnsDuring(run: () => Promise<unknown>): Promise<number> {
   return turns;
 }
 
-/** Runs turns_parent.ts in a fresh process of this runtime. */
-function freshParent(piece: "builtins" | "start-code"): number {
+/** Runs turns_parent.ts in a fresh process of this runtime: its report. */
+function freshParentReport(
+  ...args: string[]
+): { turns?: number; loaded?: string[] } {
   const script = fixture("start/turns_parent.ts").pathname;
   const out = execFileSync(
     process.execPath,
-    RUNTIME === "bun"
-      ? [script, piece]
-      : ["run", "-A", "--quiet", script, piece],
+    RUNTIME === "bun" ? [script, ...args] : [
+      "run",
+      "-A",
+      "--quiet",
+      script,
+      ...args,
+    ],
     {
       encoding: "utf8",
       env: { ...process.env, NO_COLOR: "1" },
       timeout: 120_000,
     },
   );
-  return (JSON.parse(out.trim().split("\n").at(-1) ?? "") as {
-    turns: number;
-  }).turns;
+  return JSON.parse(out.trim().split("\n").at(-1) ?? "");
+}
+
+/** The turns a fresh parent's piece of a first start gave the loop. */
+function freshParent(piece: "builtins" | "start-code"): number {
+  return freshParentReport(piece).turns ?? -1;
 }
 
 describe("runStepsYielding()", () => {
@@ -164,6 +173,21 @@ describe("a worker's first start, in slices", () => {
     // (a plain first use loads them all in the turn that needs them).
     const turns = freshParent("builtins");
     assert.ok(turns >= 5, `${turns} turns`);
+  });
+
+  test("oneShot() validates its options without loading node:path, node:url or node:os (nor node:fs on Deno)", () => {
+    // Their first load is Node compatibility's JavaScript run in one block
+    // (node:fs about 10 ms on Deno): the start loads them one per turn.
+    // Bun has no stat of its own that tells a file: node:fs checks there.
+    const { loaded } = freshParentReport(
+      "factory",
+      fixture("basic_worker.ts").pathname,
+    );
+    assert.ok(Array.isArray(loaded), JSON.stringify(loaded));
+    const refused = RUNTIME === "deno"
+      ? ["node:fs", "node:path", "node:url", "node:os"]
+      : ["node:path", "node:url", "node:os"];
+    assert.deepEqual(loaded.filter((id) => refused.includes(id)), []);
   });
 
   test("a fresh parent imports the start code in parts, a turn after each", () => {

@@ -65,7 +65,7 @@ import type {
 import type { SandboxBackend } from "../sandbox/types.ts";
 import { setprivWrapper } from "./wrappers.ts";
 import { commandTransport, type WorkerTransport } from "./transport.ts";
-import { hostFacts } from "../sandbox/facts.ts";
+import { hostFactsSteps } from "../sandbox/facts.ts";
 import { resolveGrantPaths } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
 import { sandboxWrappers } from "../sandbox/wrappers.ts";
@@ -400,7 +400,7 @@ function* confinement(
   };
   const plan = sandboxPlan(
     request,
-    hostFacts(request, {
+    yield* hostFactsSteps(request, {
       adapter,
       input,
       binary: inner.binary,

@@ -12,13 +12,7 @@
  * @module
  */
 
-import {
-  loadSpawnBuiltins,
-  process,
-  realpathSync,
-  spawn,
-  spawnSync,
-} from "../node_builtins.ts";
+import { loadSpawnBuiltins, process, realpathSync } from "../node_builtins.ts";
 import {
   recordWorkerWritable,
   writableByWorker,
@@ -53,8 +47,16 @@ import {
   forgetMachineProbes,
   keepMachineProbe,
   machineProbe,
-  probeKey,
+  probeKeySteps,
 } from "./probe_cache.ts";
+import {
+  type ProbeCommand,
+  ProbeNeeded,
+  type ProbeRun,
+  runProbe,
+  runProbeSync,
+} from "./_probe_run.ts";
+import { runSteps, runStepsYielding, type Steps } from "../turns.ts";
 
 /** What {@linkcode bwrapUsable} found. */
 export type BwrapUsability =
@@ -79,93 +81,6 @@ export function forgetMachineFacts(): void {
   for (const forget of fromMachine.values()) forget();
   fromMachine.clear();
   forgetMachineProbes();
-}
-
-/** What a probe's process did: the fields of `spawnSync`'s result it reads. */
-interface ProbeRun {
-  status: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  error?: Error;
-}
-
-/** A probe's command, its environment and working directory. */
-interface ProbeCommand {
-  argv: readonly string[];
-  env: Record<string, string>;
-  cwd?: string;
-  /** Bytes for the probe's stdin (then end of file); omitted: no stdin. */
-  input?: Uint8Array;
-}
-
-/** Runs a probe to its end, blocking (the fallback when nothing prefetched it). */
-function runProbeSync(command: ProbeCommand): ProbeRun {
-  const result = spawnSync(command.argv[0] as string, command.argv.slice(1), {
-    env: command.env,
-    encoding: "utf8",
-    stdio: [command.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
-    ...(command.input === undefined ? {} : { input: command.input }),
-    timeout: PROBE_TIMEOUT_MS,
-    ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
-  });
-  return {
-    status: result.status,
-    signal: result.signal,
-    stdout: String(result.stdout ?? ""),
-    stderr: String(result.stderr ?? ""),
-    ...(result.error ? { error: result.error } : {}),
-  };
-}
-
-/** Runs a probe to its end without blocking the event loop. */
-function runProbe(command: ProbeCommand): Promise<ProbeRun> {
-  return new Promise((resolve) => {
-    let stdout = "";
-    let stderr = "";
-    let error: Error | undefined;
-    const child = spawn(command.argv[0] as string, command.argv.slice(1), {
-      env: command.env,
-      stdio: [command.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
-      ...(command.cwd === undefined ? {} : { cwd: command.cwd }),
-    });
-    if (command.input !== undefined) {
-      // A probe gone before reading it fails on its own.
-      child.stdin?.on("error", () => {});
-      child.stdin?.end(command.input);
-    }
-    const timer = setTimeout(() => child.kill("SIGKILL"), PROBE_TIMEOUT_MS);
-    child.stdout?.setEncoding("utf8");
-    child.stderr?.setEncoding("utf8");
-    child.stdout?.on("data", (chunk: string) => stdout += chunk);
-    child.stderr?.on("data", (chunk: string) => stderr += chunk);
-    child.on("error", (cause: Error) => {
-      error = cause;
-      clearTimeout(timer);
-      resolve({ status: null, signal: null, stdout, stderr, error });
-    });
-    child.on("close", (status: number | null, signal: string | null) => {
-      clearTimeout(timer);
-      resolve({
-        status,
-        signal,
-        stdout,
-        stderr,
-        ...(error ? { error } : {}),
-      });
-    });
-  });
-}
-
-/** How long a probe may run before it counts as failed. */
-const PROBE_TIMEOUT_MS = 30_000;
-
-/**
- * Thrown by a probe asked for its cached answer only (a prefetch) when it
- * has none: `run()` makes the probe without blocking and caches it.
- */
-class ProbeNeeded {
-  constructor(readonly run: () => Promise<void>) {}
 }
 
 function bwrapProbeCommand(bwrap: string): ProbeCommand {
@@ -201,22 +116,28 @@ function bwrapProbeResult(run: ProbeRun): BwrapUsability {
  * ```
  */
 export function bwrapUsable(bwrap: string): BwrapUsability {
-  return bwrapFact(bwrap, false, undefined);
+  return runSteps(bwrapFactSteps(bwrap, false, undefined));
 }
 
-function bwrapFact(
+function* bwrapFactSteps(
   bwrap: string,
   cachedOnly: boolean,
   native: Uint8Array | undefined,
-): BwrapUsability {
+): Steps<BwrapUsability> {
   const cached = bwrapProbes.get(bwrap);
   if (cached) return cached;
   // Kept on this machine (probe_cache.ts): with the native step, the one
   // probe's answer for bubblewrap and the kernel; else bubblewrap's.
-  const key = native === undefined
-    ? probeKey("bwrap", bwrapProbeCommand(bwrap))
-    : probeKey("step", nativeProbeCommand(bwrap, native));
+  const command = native === undefined
+    ? bwrapProbeCommand(bwrap)
+    : nativeProbeCommand(bwrap, native);
+  yield;
+  const key = yield* probeKeySteps(
+    native === undefined ? "bwrap" : "step",
+    command,
+  );
   const kept = machineProbe(native === undefined ? "bwrap" : "step", key);
+  yield;
   if (kept !== undefined) {
     const usable: BwrapUsability = { usable: true };
     bwrapProbes.set(bwrap, usable);
@@ -369,14 +290,14 @@ export function probeConfineSupport(
   runner: ConfineRunner,
   env: Readonly<Record<string, string>>,
 ): ConfineSupport {
-  return stepSupport(runner, env, false);
+  return runSteps(stepSupportSteps(runner, env, false));
 }
 
-function stepSupport(
+function* stepSupportSteps(
   runner: ConfineRunner,
   env: Readonly<Record<string, string>>,
   cachedOnly: boolean,
-): ConfineSupport {
+): Steps<ConfineSupport> {
   if (process.platform !== "linux") {
     return {
       landlockAbi: 0,
@@ -387,8 +308,12 @@ function stepSupport(
   const key = `${runner.runtime}:${runner.binary}`;
   const cached = stepProbes.get(key);
   if (cached) return cached;
-  const machineKey = probeKey("step", stepProbeCommand(runner, env));
+  const machineKey = yield* probeKeySteps(
+    "step",
+    stepProbeCommand(runner, env),
+  );
   const kept = machineProbe("step", machineKey) as ConfineSupport | undefined;
+  yield;
   if (kept !== undefined) {
     const support: ConfineSupport = {
       landlockAbi: kept.landlockAbi,
@@ -437,7 +362,8 @@ function realPath(path: string): string {
  * offers it: the step must have a runtime, the seccomp filter a system
  * call table for this architecture, the step its cache, none of its code,
  * runtime or cache may lie under a worker's write grant (it runs before any
- * confinement), and its probe must succeed.
+ * confinement), and its probe must succeed. In steps: a turn may come
+ * between the paths it checks.
  *
  * @param runner The runtime to run the step, or why there is none.
  * @param parentEnv The parent's environment.
@@ -447,13 +373,13 @@ function realPath(path: string): string {
  *   inside bubblewrap said it (no runtime step probe then).
  * @returns The fact.
  */
-export function confineStepFact(
+function* confineStepFactSteps(
   runner: ConfineRunner | { none: string },
   parentEnv: Readonly<Record<string, string>>,
   parentDenoDir: string | undefined,
-  cachedOnly = false,
-  known?: ConfineSupport,
-): ConfineStepFact {
+  cachedOnly: boolean,
+  known: ConfineSupport | undefined,
+): Steps<ConfineStepFact> {
   if ("none" in runner) return { unavailable: runner.none, refused: false };
   if (seccompArch(process.arch) === undefined) {
     return { unavailable: SAYS.noSyscallTable(), refused: false };
@@ -463,6 +389,7 @@ export function confineStepFact(
   // The step runs before any confinement: code a worker could have changed
   // (its own or another's write grant) must never run there.
   for (const path of stepReadOnly(runner, stepEnv)) {
+    yield;
     const grant = writableByWorker(realPath(path));
     if (grant !== undefined) {
       return {
@@ -471,10 +398,11 @@ export function confineStepFact(
       };
     }
   }
-  const support = known ?? stepSupport(runner, {
+  yield;
+  const support = known ?? (yield* stepSupportSteps(runner, {
     PATH: parentEnv.PATH ?? "/usr/bin:/bin",
     ...stepEnv,
-  }, cachedOnly);
+  }, cachedOnly));
   if (support.error !== undefined) {
     return { unavailable: support.error, refused: true };
   }
@@ -520,6 +448,23 @@ export function hostFacts(
   request: SandboxRequest,
   options: HostFactsOptions,
 ): HostFacts {
+  return runSteps(hostFactsSteps(request, options));
+}
+
+/**
+ * {@linkcode hostFacts} as steps (`turns.ts`): it `yield`s between its
+ * lookups, the probe cache's key and read, and the confine step's checks,
+ * where the event loop may run (the first start's prefetch and build).
+ *
+ * @param request The worker's resolved options, as the plan takes them.
+ * @param options The adapter, the options and the worker's binary.
+ * @returns The steps; their result is the facts.
+ * @throws {PermissionError} when bubblewrap cannot be looked up.
+ */
+export function* hostFactsSteps(
+  request: SandboxRequest,
+  options: HostFactsOptions,
+): Steps<HostFacts> {
   const { adapter, input } = options;
   if (!needsHostFacts(request)) {
     return {
@@ -533,13 +478,19 @@ export function hostFacts(
     adapter,
     lookupDenied(input.label, 'bubblewrap ("bwrap")', "sandbox"),
   );
+  yield;
   const native = process.platform === "linux" &&
       adapter.env(RUNTIME_CONFINE_STEP_ENV) !== "1"
     ? nativeConfineElf(process.arch)
     : undefined;
+  yield;
   let bwrap: BwrapFact = undefined;
   if (found !== undefined) {
-    const usability = bwrapFact(found, options.cachedOnly === true, native);
+    const usability = yield* bwrapFactSteps(
+      found,
+      options.cachedOnly === true,
+      native,
+    );
     bwrap = usability.usable ? { path: found } : { unusable: usability.reason };
   }
   // The native step's probe inside bubblewrap: its answer, when it ran.
@@ -561,7 +512,15 @@ export function hostFacts(
         binary: runtimeBinary(adapter.name, adapter, input),
       }
       : { runtime: options.runtime, binary: options.binary };
+  yield;
   const parentEnv = adapter.environment();
+  const confineStep = yield* confineStepFactSteps(
+    runner,
+    parentEnv,
+    denoCacheMounts(parentEnv)?.denoDir,
+    options.cachedOnly === true,
+    nativeSupport,
+  );
   return {
     platform: process.platform,
     ...(input.permissions.metadata === "strict" ? { root: runsAsRoot() } : {}),
@@ -570,13 +529,7 @@ export function hostFacts(
     // runtime step confines alike.
     nativeStep: native !== undefined &&
       (nativeProbe === undefined || nativeSupport !== undefined),
-    confineStep: confineStepFact(
-      runner,
-      parentEnv,
-      denoCacheMounts(parentEnv)?.denoDir,
-      options.cachedOnly === true,
-      nativeSupport,
-    ),
+    confineStep,
   };
 }
 
@@ -585,7 +538,7 @@ export function hostFacts(
  * build of this worker would otherwise make synchronously on the first
  * start of the process (bubblewrap's and the confine step's: each a
  * process, the step's a whole runtime start). It
- * walks {@linkcode hostFacts} itself with cached answers only and runs each
+ * walks {@linkcode hostFacts} itself in slices, with cached answers only, and runs each
  * missing probe asynchronously, so it probes exactly what the build will
  * ask for. It decides nothing: the build then reads the cached answers
  * (and makes any probe still missing itself). Errors are left to the build,
@@ -615,7 +568,9 @@ export async function prefetchHostFacts(
   if (write !== true) recordWorkerWritable(write);
   for (let probes = 0; probes < 4; probes++) {
     try {
-      hostFacts(request, {
+      // In slices: the first walk pays the lookups, the probe cache's
+      // stats and reads, and much code's first run (issue 23 item 4).
+      await runStepsYielding(hostFactsSteps(request, {
         adapter,
         input,
         binary: input.command
@@ -623,7 +578,7 @@ export async function prefetchHostFacts(
           : runtimeBinary(input.runtime, adapter, input),
         runtime: input.command ? undefined : input.runtime,
         cachedOnly: true,
-      });
+      }));
       return;
     } catch (error: unknown) {
       if (!(error instanceof ProbeNeeded)) return;

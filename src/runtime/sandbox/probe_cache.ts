@@ -45,6 +45,7 @@ import {
   writeFileSync,
 } from "../node_builtins.ts";
 import { writableByWorker } from "../launch/executable.ts";
+import type { Steps } from "../turns.ts";
 
 /** The lowest Landlock ABI a kept answer may claim: the highest airlock's rules use (scopes). */
 export const FULL_LANDLOCK_ABI = 6;
@@ -108,19 +109,31 @@ function kernelRelease(): string | undefined {
 
 /**
  * The key of a probe's answer: `undefined` (nothing is kept) when the
- * kernel's release cannot be read.
+ * kernel's release cannot be read. In steps (`turns.ts`): a turn may come
+ * between the files it stats (a first start's first `stat`s are slow).
  *
  * @param kind What was probed.
  * @param probe The probe's command.
- * @returns The key.
+ * @returns The steps; their result is the key.
  */
-export function probeKey(
+export function* probeKeySteps(
   kind: string,
   probe: ProbeIdentity,
-): string | undefined {
+): Steps<string | undefined> {
   const kernel = kernelRelease();
   if (kernel === undefined) return undefined;
-  const files = probe.argv.filter((arg) => arg.startsWith("/"));
+  const paths = [
+    ...probe.argv.filter((arg) => arg.startsWith("/")),
+    ...AIRLOCK_FILES.map((url) =>
+      url.protocol === "file:" ? fileURLToPath(url) : url.href
+    ),
+  ];
+  const identities: string[] = [];
+  for (const path of paths) {
+    yield;
+    identities.push(path.startsWith("/") ? identity(path) : path);
+  }
+  const files = identities.length - AIRLOCK_FILES.length;
   return JSON.stringify([
     kind,
     kernel,
@@ -131,10 +144,8 @@ export function probeKey(
     // below stands for its bytes (hashing them would cost the first start
     // ~20 ms of one block).
     probe.input?.length ?? null,
-    files.map(identity),
-    AIRLOCK_FILES.map((url) =>
-      url.protocol === "file:" ? identity(fileURLToPath(url)) : url.href
-    ),
+    identities.slice(0, files),
+    identities.slice(files),
   ]);
 }
 
@@ -228,7 +239,7 @@ function widensNothing(kind: string, value: unknown): boolean {
  * A probe's answer kept on this machine, if there is one that may be used.
  *
  * @param kind `"bwrap"` or `"step"`.
- * @param key From {@linkcode probeKey}.
+ * @param key From {@linkcode probeKeySteps}.
  * @returns The answer, or `undefined` (probe it).
  */
 export function machineProbe(
@@ -251,7 +262,7 @@ export function machineProbe(
  * written only means the next process probes again.
  *
  * @param kind `"bwrap"` or `"step"`.
- * @param key From {@linkcode probeKey}.
+ * @param key From {@linkcode probeKeySteps}.
  * @param value The answer.
  */
 export function keepMachineProbe(
