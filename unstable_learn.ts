@@ -22,10 +22,12 @@
  */
 
 export {
-  type LearnedAccess,
   type LearnedPermissions,
   type LearnOptions,
   learnPermissions,
-  permissionsFromAudit,
 } from "./src/parent/learn.ts";
+export {
+  type LearnedAccess,
+  permissionsFromAudit,
+} from "./src/parent/learn_audit.ts";
 export type { Permissions } from "./src/runtime/permissions.ts";
