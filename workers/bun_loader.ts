@@ -4,11 +4,13 @@
  * `bun_loader.ts <bundle> <sha256> <module URL> [--parent-watchdog]`.
  *
  * Reads the bundle once, checks its bytes against the SHA-256 the parent
- * computed when it built it, and runs those very bytes (through a Blob
- * URL), never the file again: a bundle rewritten on disk after the parent's
- * check (by a worker of another program granted write on the temporary
- * directory) is refused, not run. This file lies in airlock's own tree,
- * trusted like the rest of airlock's code.
+ * holds (recorded in airlock's code for the checked-in
+ * `workers/entry_bundle.js`, or computed when the parent built one), and
+ * runs those very bytes (through a Blob URL), never the file again: a
+ * bundle rewritten on disk after the parent's check (by a worker of another
+ * program granted write on the temporary directory) is refused, not run.
+ * This file lies in airlock's own tree, trusted like the rest of airlock's
+ * code.
  *
  * @module
  */

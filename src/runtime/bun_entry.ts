@@ -7,7 +7,20 @@
  * docs/benchmarks.md, (e)). The user's module is not bundled: it is imported
  * at run time as before.
  *
- * Built once per parent process and Bun binary (the worker's own
+ * Built ahead, at development time: `workers/entry_bundle.js`, checked into
+ * airlock's tree by scripts/build_bun_entry.ts with the pinned Bun, its
+ * SHA-256 and those of its sources a generated constant
+ * (`_bun_entry_bundle.ts`). A parent uses it (the first Bun worker of a
+ * process included, and without a build) when the sources beside the entry
+ * still hash to what is recorded and the bundle to its hash, checked once
+ * per process. It lies in airlock's own tree, read-only to workers and
+ * trusted as `workers/entry.ts` is (whoever may write one may write the
+ * other). It is plain JavaScript (`--target=bun`): any Bun that runs the
+ * sources runs it.
+ *
+ * Otherwise (a vendored, edited copy; airlock as published to npm, whose
+ * entry is `.js`; {@linkcode BUILD_BUN_ENTRY_ENV}) it is built once per
+ * parent process and Bun binary (the worker's own
  * `bun build`, 0.04 to 0.1 s, in the background from the first Bun worker's
  * start: that worker, and any started before the build ends, runs
  * `workers/entry.ts` itself) into a private directory of this process
@@ -32,7 +45,6 @@
  */
 
 import {
-  createHash,
   join,
   loadSpawnBuiltins,
   mkdirSync,
@@ -45,6 +57,8 @@ import {
   writeFileSync,
 } from "./node_builtins.ts";
 import { nextTurn } from "./turns.ts";
+import { sha256Hex } from "./sha256.ts";
+import { BUN_ENTRY_BUNDLE } from "./_bun_entry_bundle.ts";
 
 /** A built bundle and the SHA-256 of what was built. */
 export interface BunEntryBundle {
@@ -67,6 +81,17 @@ let privateDir: string | undefined;
 
 /** Builds still running, killed when this process exits. */
 const builders = new Set<{ kill(signal: "SIGKILL"): unknown }>();
+
+/**
+ * The flags of every build of the bundle (the checked-in one's too:
+ * scripts/build_bun_entry.ts). Minified, names kept (for stacks and error
+ * names): its import costs a Bun worker less CPU.
+ */
+export const BUN_BUILD_FLAGS: readonly string[] = [
+  "--target=bun",
+  "--minify",
+  "--keep-names",
+];
 
 /** How long a build may take before it is given up, in ms. */
 const BUILD_TIMEOUT_MS = 60_000;
@@ -95,13 +120,12 @@ interface BunHasher {
 /**
  * The SHA-256 of a bundle, in hex: Bun's native hasher on a Bun parent
  * (`node:crypto`'s first load would hold its first start in one block),
- * `node:crypto` on a Deno parent starting Bun workers.
+ * airlock's own on a Deno parent starting Bun workers (the same: Deno's
+ * `node:crypto` costs its first use ~70 ms).
  */
 function sha256(bytes: Uint8Array): string {
   const bun = (globalThis as { Bun?: BunHasher }).Bun;
-  if (bun === undefined) {
-    return createHash("sha256").update(bytes).digest("hex");
-  }
+  if (bun === undefined) return sha256Hex(bytes);
   const hasher = new bun.CryptoHasher("sha256");
   hasher.update(bytes);
   return hasher.digest("hex");
@@ -164,16 +188,7 @@ async function build(
   const code = await new Promise<number | null>((resolve) => {
     const child = spawn(
       binary,
-      // Minified (names kept, for stacks and error names): its import
-      // costs a Bun worker less CPU.
-      [
-        "--config=/dev/null",
-        "build",
-        entry,
-        "--target=bun",
-        "--minify",
-        "--keep-names",
-      ],
+      ["--config=/dev/null", "build", entry, ...BUN_BUILD_FLAGS],
       {
         cwd: dir,
         stdio: ["ignore", "pipe", "ignore"],
@@ -323,6 +338,49 @@ function intact(built: BunEntryBundle): boolean {
 }
 
 /**
+ * With this variable `1` in the parent's environment, the checked-in bundle
+ * is not used: Bun workers run a bundle built by this process, as where the
+ * checked-in one does not match (tests of that path, A/B runs). It can only
+ * choose the other, equally confined, path.
+ */
+export const BUILD_BUN_ENTRY_ENV = "AIRLOCK_BUILD_BUN_ENTRY";
+
+/** The checked-in bundle by entry, once looked at (`undefined`: not usable). */
+const checkedIn = new Map<string, BunEntryBundle | undefined>();
+
+/**
+ * The bundle checked into airlock's tree (scripts/build_bun_entry.ts), when
+ * it is the one this copy of airlock's sources builds: `entry` is
+ * `workers/entry.ts` of a source tree (not the published `.js`), every
+ * source it was built from hashes to what is recorded (a vendored, edited
+ * copy builds its own), and its bytes to the recorded SHA-256. Looked at
+ * once per process (about 30 files, ~290 KB: 1 to 2 ms on Bun). It lies in
+ * airlock's tree, trusted as the entry itself is (whoever may write one may
+ * write the other); the worker's loader checks its bytes against the
+ * recorded hash all the same.
+ */
+function checkedInBundle(entry: string): BunEntryBundle | undefined {
+  if (checkedIn.has(entry)) return checkedIn.get(entry);
+  checkedIn.set(entry, undefined);
+  const suffix = "/workers/entry.ts";
+  if (!entry.endsWith(suffix)) return undefined;
+  const root = entry.slice(0, -suffix.length);
+  try {
+    for (const [path, hash] of BUN_ENTRY_BUNDLE.sources) {
+      if (sha256(readFileSync(join(root, path))) !== hash) return undefined;
+    }
+    const file = join(root, BUN_ENTRY_BUNDLE.file);
+    if (sha256(readFileSync(file)) !== BUN_ENTRY_BUNDLE.sha256) {
+      return undefined;
+    }
+    checkedIn.set(entry, { file, sha256: BUN_ENTRY_BUNDLE.sha256 });
+  } catch {
+    // Missing or unreadable: built as before.
+  }
+  return checkedIn.get(entry);
+}
+
+/**
  * The pre-bundled worker entry for Bun workers run by `binary`, checked
  * against the hash kept in memory. The first call in this process starts the
  * build in the background and returns `undefined` (that worker, and any
@@ -345,6 +403,14 @@ export function bunEntryBundle(
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
 ): BunEntryBundle | undefined {
+  const ready = env[BUILD_BUN_ENTRY_ENV] === "1"
+    ? undefined
+    : checkedInBundle(entry);
+  if (ready !== undefined) {
+    if (intact(ready)) return ready;
+    // Someone wrote it: never again in this process; built as before.
+    checkedIn.set(entry, undefined);
+  }
   const key = `${binary}\0${entry}`;
   const state = bundles.get(key) ??
     startBuild(key, binary, entry, env, onExit);
@@ -373,6 +439,10 @@ export async function builtBunEntryBundle(
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
 ): Promise<BunEntryBundle | undefined> {
+  const ready = env[BUILD_BUN_ENTRY_ENV] === "1"
+    ? undefined
+    : checkedInBundle(entry);
+  if (ready !== undefined && intact(ready)) return ready;
   const key = `${binary}\0${entry}`;
   const state = bundles.get(key) ??
     startBuild(key, binary, entry, env, onExit);

@@ -1,12 +1,16 @@
 // The pre-bundled worker entry of Bun workers (src/runtime/bun_entry.ts):
-// built once per process into a private directory, runnable, never given
-// again once changed, refused quietly where it cannot be built, and what a
-// Bun worker actually runs. Runs under both runners: it runs bun itself.
+// checked in as what its sources build to with the pinned Bun, given at
+// once where the sources match; elsewhere built once per process into a
+// private directory, runnable, never given again once changed, refused
+// quietly where it cannot be built; and what a Bun worker actually runs.
+// Runs under both runners: it runs bun itself.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
+import { Buffer } from "node:buffer";
 import {
+  copyFileSync,
   mkdirSync,
   readFileSync,
   realpathSync,
@@ -20,9 +24,17 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { session } from "../../mod.ts";
 import {
+  BUILD_BUN_ENTRY_ENV,
   builtBunEntryBundle,
   bunEntryBundle,
 } from "../../src/runtime/bun_entry.ts";
+import { BUN_ENTRY_BUNDLE } from "../../src/runtime/_bun_entry_bundle.ts";
+import {
+  buildBunEntry,
+  BUN_ENTRY_BUNDLE_FILE,
+  BUN_ENTRY_BUNDLE_MODULE,
+  bunEntryBundleModule,
+} from "../../scripts/build_bun_entry.ts";
 import { fixture, scratchDir } from "../_helpers/files.ts";
 import { captureLog } from "../_helpers/log.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
@@ -134,26 +146,119 @@ describe("bunEntryBundle()", () => {
   });
 });
 
+/** A copy of airlock's sources the checked-in bundle is built from, and the bundle. */
+function copyOfAirlock(dir: string): string {
+  for (const path of [...BUN_ENTRY_BUNDLE.sources.map(([path]) => path)]) {
+    mkdirSync(dirname(join(dir, path)), { recursive: true });
+    copyFileSync(join(root, path), join(dir, path));
+  }
+  copyFileSync(
+    join(root, BUN_ENTRY_BUNDLE.file),
+    join(dir, BUN_ENTRY_BUNDLE.file),
+  );
+  return join(dir, "workers", "entry.ts");
+}
+
+describe("the checked-in Bun entry bundle", () => {
+  test("workers/entry_bundle.js and its hashes are what scripts/build_bun_entry.ts builds with the pinned Bun", () => {
+    const build = buildBunEntry(root);
+    const stale =
+      "stale: rebuild with node_modules/.bin/deno run -A scripts/build_bun_entry.ts";
+    assert.equal(build.bun, BUN_ENTRY_BUNDLE.bun, stale);
+    assert.equal(
+      readFileSync(join(root, BUN_ENTRY_BUNDLE_MODULE), "utf8"),
+      bunEntryBundleModule(root, build),
+      stale,
+    );
+    assert.ok(
+      Buffer.from(build.bundle).equals(
+        readFileSync(join(root, BUN_ENTRY_BUNDLE_FILE)),
+      ),
+      stale,
+    );
+    // Reproducible: no path of this machine in it.
+    assert.doesNotMatch(
+      Buffer.from(build.bundle).toString("utf8"),
+      new RegExp(root),
+    );
+  });
+
+  test("bunEntryBundle() gives the checked-in bundle at once, without a build, where the sources match", () => {
+    using dir = scratchDir("bun-entry-copy");
+    const entry = copyOfAirlock(dir.join("airlock"));
+    const bundle = bunEntryBundle(bun, entry, {}, onExit);
+    assert.deepEqual(bundle, {
+      file: join(dir.path, "airlock", BUN_ENTRY_BUNDLE.file),
+      sha256: BUN_ENTRY_BUNDLE.sha256,
+    });
+    // Not with the variable that asks for a build: that call starts one.
+    assert.equal(
+      bunEntryBundle(bun, entry, { [BUILD_BUN_ENTRY_ENV]: "1" }, onExit),
+      undefined,
+    );
+  });
+
+  test("an edited copy of airlock's sources gets a bundle built from them, not the checked-in one", async () => {
+    using dir = scratchDir("bun-entry-edited");
+    const entry = copyOfAirlock(dir.join("airlock"));
+    const edited = join(dir.path, "airlock", "src", "worker", "main.ts");
+    writeFileSync(
+      edited,
+      `${
+        readFileSync(edited, "utf8")
+      }\n(globalThis as { editedCopy?: boolean }).editedCopy = true;\n`,
+    );
+    assert.equal(bunEntryBundle(bun, entry, process.env, onExit), undefined);
+    const built = await builtBunEntryBundle(bun, entry, process.env, onExit);
+    assert.ok(built, "built");
+    assert.ok(built.file.startsWith(join(tmpdir(), "airlock-")), built.file);
+    assert.match(readFileSync(built.file, "utf8"), /editedCopy/);
+  });
+});
+
 describe("Bun workers", needsWorkers("bun"), () => {
-  test("a Bun worker runs the pre-bundled entry once it is built (tests/parent/custom_type_test.ts shows custom types still cross)", async () => {
-    const cmdlineOf = async () => {
-      await using s = await session(fixture("basic_worker.ts"), {
-        ...captureLog(),
-        runtime: "bun",
-      });
-      return readFileSync(`/proc/${s.pid}/cmdline`, "utf8").split("\0");
-    };
-    const bundled = (cmdline: string[]) =>
-      cmdline.some((arg) => /\/bun-entry\/entry-[0-9a-f]+\.js$/.test(arg));
-    const first = await cmdlineOf();
-    if (!bundled(first)) {
-      // The first Bun worker of a process starts the build and runs the
-      // entry itself: `bun --no-env-file <workers/entry.ts> <module>`.
-      const [binary = "", , entry = ""] = first;
-      assert.match(entry, /\/workers\/entry\.[jt]s$/, first.join(" "));
-      await builtBunEntryBundle(binary, entry, process.env, onExit);
+  test("a Bun worker runs the checked-in pre-bundled entry, the first of the process included (tests/parent/custom_type_test.ts shows custom types still cross)", async () => {
+    await using s = await session(fixture("basic_worker.ts"), {
+      ...captureLog(),
+      runtime: "bun",
+    });
+    const cmdline = readFileSync(`/proc/${s.pid}/cmdline`, "utf8").split("\0");
+    const at = cmdline.findIndex((arg) =>
+      /\/workers\/bun_loader\.ts$/.test(arg)
+    );
+    assert.ok(at > 0, cmdline.join(" "));
+    assert.deepEqual(cmdline.slice(at + 1, at + 3), [
+      join(root, BUN_ENTRY_BUNDLE.file),
+      BUN_ENTRY_BUNDLE.sha256,
+    ]);
+  });
+
+  test("a Bun worker runs the bundle this process built once it is built, where the checked-in one is not used", async () => {
+    const env = process.env[BUILD_BUN_ENTRY_ENV];
+    process.env[BUILD_BUN_ENTRY_ENV] = "1";
+    try {
+      const cmdlineOf = async () => {
+        await using s = await session(fixture("basic_worker.ts"), {
+          ...captureLog(),
+          runtime: "bun",
+        });
+        return readFileSync(`/proc/${s.pid}/cmdline`, "utf8").split("\0");
+      };
+      const bundled = (cmdline: string[]) =>
+        cmdline.some((arg) => /\/bun-entry\/entry-[0-9a-f]+\.js$/.test(arg));
+      const first = await cmdlineOf();
+      if (!bundled(first)) {
+        // The first Bun worker of a process starts the build and runs the
+        // entry itself: `bun --no-env-file <workers/entry.ts> <module>`.
+        const entry = first.find((arg) => /\/workers\/entry\.[jt]s$/.test(arg));
+        assert.ok(entry, first.join(" "));
+        await builtBunEntryBundle(bun, entry, process.env, onExit);
+      }
+      const later = await cmdlineOf();
+      assert.ok(bundled(later), `worker runs ${later.join(" ")}`);
+    } finally {
+      if (env === undefined) delete process.env[BUILD_BUN_ENTRY_ENV];
+      else process.env[BUILD_BUN_ENTRY_ENV] = env;
     }
-    const later = await cmdlineOf();
-    assert.ok(bundled(later), `worker runs ${later.join(" ")}`);
   });
 });

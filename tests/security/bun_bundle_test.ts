@@ -1,7 +1,9 @@
 // The Bun entry bundle (src/runtime/bun_entry.ts) against another process
 // of this user (a worker of another airlock program granted write on the
-// temporary directory, or on the project): the parent trusts only the bytes
-// the build printed to it, no bunfig.toml decides what airlock's worker code
+// temporary directory, or on the project): a checked-in bundle whose bytes
+// are not what its recorded hash says is never given (nor after a change
+// within the process); the parent trusts only the bytes the build printed
+// to it, no bunfig.toml decides what airlock's worker code
 // becomes, and a bundle changed through a shared mapping (which leaves the
 // file's times alone, so its stamp still matches) stops being given within
 // a second instead of failing every later Bun start at the loader's check.
@@ -11,6 +13,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
+  copyFileSync,
   mkdirSync,
   readdirSync,
   readFileSync,
@@ -25,6 +28,7 @@ import {
   builtBunEntryBundle,
   bunEntryBundle,
 } from "../../src/runtime/bun_entry.ts";
+import { BUN_ENTRY_BUNDLE } from "../../src/runtime/_bun_entry_bundle.ts";
 import { scratchDir } from "../_helpers/files.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { needs } from "../_helpers/tools.ts";
@@ -47,6 +51,52 @@ function tree(dir: string, code: string): string {
   writeFileSync(entry, code);
   return entry;
 }
+
+/** A copy of airlock's sources and checked-in bundle; its entry. */
+function copyOfAirlock(dir: string): string {
+  for (const [path] of BUN_ENTRY_BUNDLE.sources) {
+    mkdirSync(dirname(join(dir, path)), { recursive: true });
+    copyFileSync(join(root, path), join(dir, path));
+  }
+  copyFileSync(
+    join(root, BUN_ENTRY_BUNDLE.file),
+    join(dir, BUN_ENTRY_BUNDLE.file),
+  );
+  return join(dir, "workers", "entry.ts");
+}
+
+test(
+  "a checked-in Bun bundle that is not what its recorded hash says is never given, nor once it changed",
+  () => {
+    using dir = scratchDir("bun-bundle-checked-in");
+    // Planted before the process looked: refused; workers get a build.
+    const planted = copyOfAirlock(dir.join("planted"));
+    const plantedFile = dir.join("planted", BUN_ENTRY_BUNDLE.file);
+    writeFileSync(
+      plantedFile,
+      `globalThis.__planted = 1;\n${readFileSync(plantedFile, "utf8")}`,
+    );
+    assert.equal(bunEntryBundle(bun, planted, process.env, onExit), undefined);
+    // Given, then changed: never given again in this process.
+    const later = copyOfAirlock(dir.join("later"));
+    const laterFile = dir.join("later", BUN_ENTRY_BUNDLE.file);
+    assert.equal(
+      bunEntryBundle(bun, later, process.env, onExit)?.file,
+      laterFile,
+    );
+    const original = readFileSync(laterFile, "utf8");
+    writeFileSync(laterFile, `globalThis.__planted = 1;\n${original}`);
+    assert.notEqual(
+      bunEntryBundle(bun, later, process.env, onExit)?.file,
+      laterFile,
+    );
+    writeFileSync(laterFile, original);
+    assert.notEqual(
+      bunEntryBundle(bun, later, process.env, onExit)?.file,
+      laterFile,
+    );
+  },
+);
 
 test(
   "the Bun bundle's hash is of the bytes the build printed: a file rewritten while the parent was busy is never trusted",
