@@ -25,7 +25,9 @@ export interface AnsweringWorker {
   /** The worker module (or command). */
   readonly module: string;
   /** Its pid. */
-  readonly pid: number;
+  pid(): number;
+  /** What access hints of its errors are computed from, if anything. */
+  hints(): HintContext | undefined;
 }
 
 /**
@@ -34,13 +36,11 @@ export interface AnsweringWorker {
  * @param call The call, out of its connection's table.
  * @param message The answer.
  * @param worker Who answered.
- * @param hints What access hints of an error are computed from, if any.
  */
 export function settleWithAnswer(
   call: CallRecord,
   message: ResultMessage | ErrorMessage | EndMessage,
   worker: AnsweringWorker,
-  hints: () => HintContext | undefined,
 ): void {
   try {
     if (message.type === "result") {
@@ -52,8 +52,8 @@ export function settleWithAnswer(
       const error = toRemoteError(message.error, {
         module: worker.module,
         op: call.op,
-        pid: worker.pid,
-      }, hints());
+        pid: worker.pid(),
+      }, worker.hints());
       // The handler threw: it ran to its end.
       markExecuted(error, "yes");
       call.reject(error);

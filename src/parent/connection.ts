@@ -1,33 +1,22 @@
 /**
- * One live worker process: spawn, ready handshake, request-id routing, and
- * exit diagnostics. Sessions, one-shot calls and pools are built from
- * these. The calls in flight, their deadlines and the write-ahead window are
- * `_call_table.ts`; abandoned calls `_abandoned.ts`; the liveness check
- * `_liveness.ts`; occupancy `_occupancy.ts`; the stdout watch
- * `_stdout_watch.ts`; settling with an answer `_answer.ts`.
+ * One live worker process: spawn, the worker's messages routed, refs kept,
+ * and exit diagnostics. Sessions, one-shot calls and pools are built from
+ * these. Its parts: the handshake (`_handshake.ts`), the calls and their
+ * deadlines (`_call_table.ts`), reading stdout (`_stdout_pump.ts`,
+ * `_stdout_watch.ts`), ending the process (`_stop.ts`).
  *
  * @module
  */
 
-import {
-  ProtocolError,
-  WorkerStartError,
-  WorkerTimeoutError,
-} from "../errors.ts";
-import { FrameReader } from "../protocol/frame_reader.ts";
+import { ProtocolError, WorkerStartError } from "../errors.ts";
 import {
   CONTROL_ID,
-  decodeMessage,
   type HelloMessage,
-  type ItemsMessage,
   LIMIT_MESSAGE_VERSION,
-  LIVENESS_MESSAGE_VERSION,
   type Message,
   PID_MESSAGE_VERSION,
-  type WorkerMessage,
 } from "../protocol/messages.ts";
 import { encodeMessage } from "../protocol/encode_message.ts";
-import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
 import type { ResolvedPermissions } from "../runtime/permissions.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import type { WorkerCommand } from "../runtime/launch/types.ts";
@@ -38,36 +27,28 @@ import {
 } from "../runtime/sandbox/limits/types.ts";
 import { readRssBytes } from "../runtime/proc.ts";
 import type { CallRecord } from "./_call.ts";
-import { CallTable } from "./_call_table.ts";
-import { AbandonedCalls } from "./_abandoned.ts";
-import { LIVENESS_GRACE_MS, LivenessCheck } from "./_liveness.ts";
-import { Occupancy } from "./_occupancy.ts";
+import { type CallEvents, CallTable } from "./_call_table.ts";
+import { Occupancy, type OccupancyEvents } from "./_occupancy.ts";
+import { type DecodedMessage, StdoutPump } from "./_stdout_pump.ts";
 import {
   afterStdoutEnd,
   type StdoutWatch,
   watchStdout,
 } from "./_stdout_watch.ts";
-import { hintContext, settleWithAnswer } from "./_answer.ts";
-import type { HintContext } from "./_hints.ts";
-import { clockMayHaveMoved, readingAnswers } from "./_metrics.ts";
-import {
-  type ConnectionExit,
-  exitReason,
-  type StartFatal,
-  type Truncation,
-} from "./_exit.ts";
-import { startError } from "./_start_error.ts";
+import { hintContext } from "./_answer.ts";
+import { type ConnectionExit, exitReason, type Truncation } from "./_exit.ts";
+import { Handshake } from "./_handshake.ts";
+import { escalate, gone, killAtExit, settledWithin } from "./_stop.ts";
 import { WorkerLog } from "./_log.ts";
 import type { LogSink } from "./_log_sink.ts";
 import { registerWorker, unregisterWorker } from "./_registry.ts";
 import { answerDelayMs } from "./_faults.ts";
-import { type StreamCarrier, streamOf } from "./_stream.ts";
 
 /** How long to keep reading stdout after the process exited. */
 const DRAIN_AFTER_EXIT_MS = 1_000;
 
 /** What a connection tells its owner. */
-export interface ConnectionEvents {
+export interface ConnectionEvents extends CallEvents, OccupancyEvents {
   /**
    * Calls that were in flight when the process went away, not yet settled,
    * in the order they were written; `unstarted` holds those of them the
@@ -79,20 +60,6 @@ export interface ConnectionEvents {
     exit: ConnectionExit,
     unstarted: ReadonlySet<CallRecord>,
   ): void;
-  /** A call passed its deadline and was rejected. */
-  onTimeout(call: CallRecord): void;
-  /** The worker finished something it was running (occupancy went down). */
-  onSlotFree?(): void;
-  /**
-   * A call written ahead (held in the worker's queue, see
-   * `Connection.limit`) starts now: a call before it left its slot.
-   */
-  onStarted?(call: CallRecord): void;
-  /**
-   * The liveness check after a timeout ended: `true`, the worker answered
-   * (slow, kept); `false`, it did not and is being killed (wedged).
-   */
-  onLiveness?(alive: boolean): void;
 }
 
 /** Options of {@linkcode startConnection}. */
@@ -125,17 +92,6 @@ export interface ConnectionOptions {
   startBegan?: number;
 }
 
-const live = new Set<ChildHandle>();
-const exitHooks = new WeakSet<RuntimeAdapter>();
-
-function reapOnExit(adapter: RuntimeAdapter): void {
-  if (exitHooks.has(adapter)) return;
-  exitHooks.add(adapter);
-  adapter.onExit(() => {
-    for (const child of live) child.kill("SIGKILL");
-  });
-}
-
 /** A live worker process. Create with {@linkcode startConnection}. */
 export class Connection {
   /** The worker module (or command), for messages. */
@@ -153,41 +109,24 @@ export class Connection {
   #child: ChildHandle;
   #hello: HelloMessage | undefined;
   #workerPid: number | undefined;
-  #resolveReady!: (hello: HelloMessage) => void;
-  #rejectReady!: (error: Error) => void;
-  /** The calls written and not answered, their deadlines and window. */
+  /** The hello, the start deadline and the start error. */
+  #handshake: Handshake;
+  /** The calls written and not answered, and those abandoned. */
   #calls: CallTable;
-  /** Abandoned calls the worker may still run. */
-  #abandoned = new AbandonedCalls();
-  /** The liveness check after a timeout. */
-  #liveness = new LivenessCheck();
   /** Freed slots and idle waiters, told to the owner. */
   #occupancy: Occupancy;
   #log: WorkerLog;
-  /** What access hints of the worker's errors are computed from. */
-  #hints: () => HintContext | undefined;
-  #consecutiveTimeouts = 0;
   #killReason: string | undefined;
   /** Whether the owner asked for the exit (no crash to report). */
   #requested = false;
   #shutdownWritten = false;
   #protocolError: ProtocolError | undefined;
-  #fatal: StartFatal | undefined;
   #truncated: Truncation | undefined;
   #exit: ConnectionExit | undefined;
-  #stdoutReader: ChunkReader | undefined;
+  #stdout: StdoutPump;
   #stdoutCancelled = false;
   /** Whether a sandboxed worker still holds its stdout, while checked. */
   #stdoutWatch: StdoutWatch | undefined;
-  /** What streams of this connection's calls use to credit the worker. */
-  #carrier: StreamCarrier = {
-    credit: (id, items, bytes) => {
-      if (this.#exit || this.#calls.get(id) === undefined) return;
-      this.#child.write(encodeMessage({ type: "credit", id, items, bytes }))
-        .catch(() => {});
-    },
-    holdDeadline: (id, held) => this.#calls.holdDeadline(id, held),
-  };
 
   /** @internal Use {@linkcode startConnection}. */
   constructor(options: ConnectionOptions, child: ChildHandle) {
@@ -196,29 +135,43 @@ export class Connection {
     this.module = options.command.module;
     this.spawnPid = child.pid;
     this.startedAt = Date.now();
-    this.#calls = new CallTable(
-      (call, startedAt) => this.#timeout(call, startedAt),
-      (call) => options.events.onStarted?.(call),
-    );
+    const sandboxed = options.command.sandboxes.length > 0;
+    this.#calls = new CallTable({
+      module: this.module,
+      cancelGraceMs: options.cancelGraceMs,
+      events: options.events,
+      pid: () => this.pid,
+      hints: () => hintContext(options.grants, sandboxed, options.adapter),
+      version: () => this.#hello?.version ?? 0,
+      alive: () => this.alive,
+      write: (message) => {
+        if (!this.#exit) this.#writeControl(message);
+      },
+      kill: (reason) => this.kill(reason),
+      changed: () => this.#syncRef(),
+    });
     this.#occupancy = new Occupancy(options.events);
     this.#log = new WorkerLog(options.onLog, () => ({
       module: this.module,
       pid: this.pid,
     }));
-    const sandboxed = options.command.sandboxes.length > 0;
-    this.#hints = () => hintContext(options.grants, sandboxed, options.adapter);
-    this.ready = new Promise<HelloMessage>((resolve, reject) => {
-      this.#resolveReady = resolve;
-      this.#rejectReady = reject;
-    });
-    this.ready.catch(() => {});
-    live.add(child);
+    this.#handshake = new Handshake({
+      module: this.module,
+      spawnPid: this.spawnPid,
+      startTimeoutMs: options.startTimeoutMs,
+      began: options.startBegan ?? this.startedAt,
+      spawnedAt: this.startedAt,
+    }, () => this.kill("not ready before startTimeoutMs"));
+    this.ready = this.#handshake.ready;
+    killAtExit(child, options.adapter);
     registerWorker(this, options.command.local);
-    reapOnExit(options.adapter);
+    this.#stdout = new StdoutPump(child.stdout, options.maxFrameBytes, {
+      message: (message, bytes) => this.#onFrame(message, bytes),
+      stray: (bytes) => this.#log.stray(bytes),
+    });
     const stdoutDone = this.#pumpStdout();
     const stderrDone = this.#log.pumpStderr(child.stderr);
     this.closed = this.#watchExit(stdoutDone, stderrDone);
-    if (options.startTimeoutMs > 0) this.#startDeadline(options.startTimeoutMs);
   }
 
   /**
@@ -252,7 +205,7 @@ export class Connection {
 
   /** Calls the worker is still running: in flight plus abandoned ones that have not stopped. */
   get occupancy(): number {
-    return this.#calls.size + this.#abandoned.running;
+    return this.#calls.size + this.#calls.running;
   }
 
   /** Whether the process is still running (as far as airlock knows). */
@@ -285,7 +238,7 @@ export class Connection {
    * has not answered the ping yet): nothing new should be written to it.
    */
   get checking(): boolean {
-    return this.#liveness.active;
+    return this.#calls.checking;
   }
 
   /** Whether the worker starts queued calls in arrival order and honours `limit`. */
@@ -349,9 +302,7 @@ export class Connection {
    * @returns Whether the call was in flight here.
    */
   cancel(call: CallRecord, reason: unknown): boolean {
-    if (!this.#calls.has(call)) return false;
-    this.#abandon(call, reason, "cancelled");
-    return true;
+    return this.#calls.cancel(call, reason);
   }
 
   /**
@@ -393,11 +344,9 @@ export class Connection {
     } else {
       this.#child.closeStdin();
     }
-    if (await this.#exitedWithin(graceMs)) return this.closed;
-    this.#killReason ??= `did not exit within ${graceMs} ms of shutdown`;
-    this.#child.kill("SIGTERM");
-    if (await this.#exitedWithin(graceMs)) return this.closed;
-    this.#child.kill("SIGKILL");
+    await escalate(this.#child, this.closed, graceMs, () => {
+      this.#killReason ??= `did not exit within ${graceMs} ms of shutdown`;
+    });
     return this.closed;
   }
 
@@ -422,100 +371,9 @@ export class Connection {
     this.#child.write(encodeMessage(message)).catch(() => {});
   }
 
-  #exitedWithin(ms: number): Promise<boolean> {
-    return new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), ms);
-      this.closed.then(() => {
-        clearTimeout(timer);
-        resolve(true);
-      });
-    });
-  }
-
-  /** Fails the start if the worker is not ready within `startTimeoutMs`. */
-  #startDeadline(startTimeoutMs: number): void {
-    const began = this.#options.startBegan ?? this.startedAt;
-    const timer = setTimeout(() => {
-      if (this.#hello || this.#exit) return;
-      const error = new WorkerTimeoutError({
-        module: this.module,
-        pid: this.spawnPid,
-        timeoutMs: startTimeoutMs,
-        elapsedMs: Date.now() - began,
-        phase: "start",
-      });
-      this.#rejectReady(error);
-      this.kill("not ready before startTimeoutMs");
-    }, Math.max(0, startTimeoutMs - (this.startedAt - began)));
-    this.ready.then(() => clearTimeout(timer), () => clearTimeout(timer));
-  }
-
-  #timeout(call: CallRecord, startedAt: number): void {
-    if (!this.#calls.has(call)) return;
-    this.#consecutiveTimeouts++;
-    this.#abandon(
-      call,
-      new WorkerTimeoutError({
-        module: this.module,
-        op: call.op,
-        pid: this.pid,
-        timeoutMs: call.timeoutMs,
-        elapsedMs: Date.now() - startedAt,
-        phase: "call",
-      }),
-      "timed out",
-    );
-    if (this.#consecutiveTimeouts >= 2) {
-      this.kill(
-        `killed by airlock because call "${call.op}" (id ${call.id}) timed out twice in a row`,
-      );
-    } else {
-      this.#checkLiveness(call);
-    }
-    this.#options.events.onTimeout(call);
-  }
-
-  /** Asks a worker of message version 4 whether its event loop turns. */
-  #checkLiveness(call: CallRecord): void {
-    if (
-      this.#exit !== undefined || this.#killReason !== undefined ||
-      (this.#hello?.version ?? 0) < LIVENESS_MESSAGE_VERSION
-    ) {
-      return;
-    }
-    const begun = this.#liveness.begin(() => {
-      this.kill(
-        `killed by airlock because it did not answer a liveness check within ${LIVENESS_GRACE_MS} ms after call "${call.op}" (id ${call.id}) timed out: its event loop is blocked (a handler stuck in synchronous code?)`,
-      );
-      this.#options.events.onLiveness?.(false);
-    });
-    if (begun) this.#writeControl({ type: "ping", id: CONTROL_ID });
-  }
-
-  #abandon(call: CallRecord, reason: unknown, what: string): void {
-    this.#calls.abandoned(call);
-    const grace = this.#options.cancelGraceMs;
-    this.#abandoned.hold(call, grace, () => {
-      this.kill(
-        `killed by airlock because ${what} call "${call.op}" (id ${call.id}) did not stop within ${grace} ms`,
-      );
-    });
-    this.#syncRef();
-    this.#abandoned.settle(call, reason);
-    if (!this.#exit) this.#writeControl({ type: "cancel", id: call.id });
-  }
-
-  /** The answer to a call abandoned here: its handler has stopped. */
-  #lateAnswer(id: number, dropped: boolean): void {
-    this.#calls.window.answered(id);
-    if (this.#abandoned.release(id)) this.#syncRef();
-    const version = this.#hello?.version ?? 0;
-    this.#abandoned.stopped(id, dropped, version >= LIVENESS_MESSAGE_VERSION);
-  }
-
   #syncRef(): void {
     const inFlight = this.#calls.size;
-    const running = this.#abandoned.running;
+    const running = this.#calls.running;
     this.#occupancy.update(inFlight, running);
     if (this.#exit) return;
     this.#child.setRef(
@@ -525,33 +383,8 @@ export class Connection {
   }
 
   async #pumpStdout(): Promise<void> {
-    const frames = new FrameReader({
-      maxFrameBytes: this.#options.maxFrameBytes,
-      onFrame: (frame) => {
-        const message = decodeMessage(frame);
-        const bytes = frame.head.byteLength + frame.area.byteLength;
-        // Test kit (delayAnswers): hold back the worker's messages.
-        const delayMs = this.#hello ? answerDelayMs(this) : 0;
-        if (delayMs === 0) return this.#onMessage(message, bytes);
-        setTimeout(() => {
-          try {
-            this.#onMessage(message, bytes);
-          } catch (error: unknown) {
-            this.kill(`killed by airlock after a protocol error: ${error}`);
-          }
-        }, delayMs);
-      },
-      onStray: (bytes) => this.#log.stray(bytes),
-    });
-    const reader = chunkReader(this.#child.stdout, frames);
-    this.#stdoutReader = reader;
     try {
-      while (true) {
-        const { done, value } = await reader.read();
-        if (done || value === undefined) break;
-        readingAnswers(() => frames.push(value));
-      }
-      this.#truncated = frames.end().truncated;
+      this.#truncated = await this.#stdout.run();
       this.#log.endStray();
       if (this.#exit === undefined) {
         afterStdoutEnd(
@@ -561,19 +394,19 @@ export class Connection {
         );
       }
     } catch (error: unknown) {
-      this.#stdoutFailed(error, reader);
+      this.#stdoutFailed(error);
     }
   }
 
   /** Reading stdout threw: a protocol error, or the pipe failed. */
-  #stdoutFailed(error: unknown, reader: ChunkReader): void {
+  #stdoutFailed(error: unknown): void {
     if (error instanceof ProtocolError) {
       this.#protocolError = new ProtocolError(error.message, {
         module: this.module,
         cause: error,
       });
       this.kill(`killed by airlock after a protocol error: ${error.message}`);
-      reader.cancel().catch(() => {});
+      this.#stdout.cancel();
     } else if (this.#exit === undefined && !this.#stdoutCancelled) {
       // Reading stopped: nothing more would ever be answered, so stop the
       // worker now rather than let its calls wait for their deadlines.
@@ -585,6 +418,20 @@ export class Connection {
     }
   }
 
+  /** A message from the worker, held back by the test kit's delay if set. */
+  #onFrame(message: DecodedMessage, bytes: number): void {
+    // Test kit (delayAnswers): hold back the worker's messages.
+    const delayMs = this.#hello ? answerDelayMs(this) : 0;
+    if (delayMs === 0) return this.#onMessage(message, bytes);
+    setTimeout(() => {
+      try {
+        this.#onMessage(message, bytes);
+      } catch (error: unknown) {
+        this.kill(`killed by airlock after a protocol error: ${error}`);
+      }
+    }, delayMs);
+  }
+
   /** The worker closed its stdout and kept running: it can never answer. */
   #closedStdout(): void {
     this.#log.note("the worker closed its stdout");
@@ -593,46 +440,21 @@ export class Connection {
     );
   }
 
-  #onMessage(
-    message: WorkerMessage | ReturnType<typeof decodeMessage>,
-    payloadBytes: number,
-  ): void {
+  #onMessage(message: DecodedMessage, payloadBytes: number): void {
     if (!this.#hello) return this.#beforeHello(message);
     switch (message.type) {
       case "result":
       case "error":
-      case "end": {
-        const call = this.#calls.get(message.id);
-        if (!call) {
-          // Late answer to a call that timed out or was cancelled: dropped.
-          this.#lateAnswer(message.id, false);
-          return;
-        }
-        try {
-          this.#calls.answered(call);
-          this.#consecutiveTimeouts = 0;
-          this.#syncRef();
-        } finally {
-          // Out of the table, the call settles here or never.
-          settleWithAnswer(call, message, this, this.#hints);
-        }
-        return;
-      }
+      case "end":
+        return this.#calls.answer(message);
       case "items":
-        return this.#onItems(message, payloadBytes);
+        return this.#calls.items(message, payloadBytes);
       case "dropped":
-        if (this.#calls.get(message.id) !== undefined) {
-          throw new ProtocolError(
-            `Cannot read message: "dropped" for call ${message.id}, which was not cancelled`,
-          );
-        }
-        this.#lateAnswer(message.id, true);
-        return;
+        return this.#calls.dropped(message.id);
       case "pong":
-        if (this.#liveness.answered()) this.#options.events.onLiveness?.(true);
-        return;
+        return this.#calls.pong();
       case "progress":
-        return this.#onProgress(message.id, message.value);
+        return this.#calls.progress(message.id, message.value);
       case "shutdown-ack":
         // Asked for (by endAfterCalls): the exit that follows is no crash.
         if (this.#shutdownWritten) this.#requested = true;
@@ -650,82 +472,36 @@ export class Connection {
   }
 
   /** Before the hello: the hello, or the worker's fatal report. */
-  #beforeHello(
-    message: WorkerMessage | ReturnType<typeof decodeMessage>,
-  ): void {
-    if (message.type === "hello") {
-      this.#hello = message;
-      // A worker of version 3 starts queued calls in arrival order.
-      if (message.version >= LIMIT_MESSAGE_VERSION) {
-        this.#calls.window.ordered(message.concurrency);
-      }
-      const command = this.#options.command;
-      this.#workerPid = command.local
-        ? command.workerPid(this.spawnPid)
-        : message.pid;
-      // The host's pid, which the worker's logs and errors are reported
-      // under, written before any call (a handler reads it as this.pid).
-      if (command.local && message.version >= PID_MESSAGE_VERSION) {
-        this.#writeControl({ type: "pid", id: CONTROL_ID, pid: this.pid });
-      }
-      // Inside the OS sandbox its processes hold the worker's stdout too.
-      if (
-        this.#workerPid !== undefined && command.local &&
-        command.sandboxes.length > 0
-      ) {
-        this.#stdoutWatch = watchStdout(
-          this.#workerPid,
-          () => this.#calls.size > 0,
-          () => this.#closedStdout(),
-        );
-      }
-      this.#syncRef();
-      this.#resolveReady(message);
-      return;
+  #beforeHello(message: DecodedMessage): void {
+    const hello = this.#handshake.receive(message);
+    if (hello === undefined) return;
+    this.#hello = hello;
+    // A worker of version 3 starts queued calls in arrival order.
+    if (hello.version >= LIMIT_MESSAGE_VERSION) {
+      this.#calls.window.ordered(hello.concurrency);
     }
-    if (message.type === "fatal") {
-      this.#fatal = { phase: message.phase, error: message.error };
-      return;
+    const command = this.#options.command;
+    const workerPid = command.local
+      ? command.workerPid(this.spawnPid)
+      : hello.pid;
+    this.#workerPid = workerPid;
+    // The host's pid, which the worker's logs and errors are reported
+    // under, written before any call (a handler reads it as this.pid).
+    if (command.local && hello.version >= PID_MESSAGE_VERSION) {
+      this.#writeControl({ type: "pid", id: CONTROL_ID, pid: this.pid });
     }
-    throw new ProtocolError(
-      `Cannot read message: expected "hello" first, received "${message.type}"`,
-    );
-  }
-
-  /** A progress report, handed to its call's callback. */
-  #onProgress(id: number, value: unknown): void {
-    const onProgress = this.#calls.get(id)?.onProgress;
-    if (!onProgress) return;
-    try {
-      onProgress(value);
-    } catch {
-      // A throwing progress callback must not break the connection.
-    }
-    clockMayHaveMoved();
-  }
-
-  /** A stream's values, handed to its call (dropped once it ended here). */
-  #onItems(message: ItemsMessage, payloadBytes: number): void {
-    // Values of a call that timed out or was cancelled are dropped.
-    const call = this.#calls.get(message.id);
-    if (!call) return;
-    if (call.plain) {
-      throw new ProtocolError(
-        `Cannot read message: "items" for call "${call.op}" (id ${call.id}), which must be answered with a value`,
+    // Inside the OS sandbox its processes hold the worker's stdout too.
+    if (
+      workerPid !== undefined && command.local && command.sandboxes.length > 0
+    ) {
+      this.#stdoutWatch = watchStdout(
+        workerPid,
+        () => this.#calls.size > 0,
+        () => this.#closedStdout(),
       );
     }
-    const refused = streamOf(call).receive(
-      message.values,
-      payloadBytes,
-      this.#carrier,
-    );
-    if (refused !== undefined) {
-      this.#abandon(
-        call,
-        new ProtocolError(refused.message, { module: this.module }),
-        "refused",
-      );
-    }
+    this.#syncRef();
+    this.#handshake.done();
   }
 
   async #watchExit(
@@ -733,7 +509,7 @@ export class Connection {
     stderrDone: Promise<void>,
   ): Promise<ConnectionExit> {
     const status = await this.#child.exited;
-    live.delete(this.#child);
+    gone(this.#child);
     unregisterWorker(this);
     // A reply written just before exiting still counts: drain stdout first.
     const drained = await settledWithin(
@@ -742,7 +518,7 @@ export class Connection {
     );
     if (!drained) {
       this.#stdoutCancelled = true;
-      this.#stdoutReader?.cancel().catch(() => {});
+      this.#stdout.cancel();
       this.#log.cancelStderr();
     }
     const command = this.#options.command;
@@ -771,41 +547,21 @@ export class Connection {
     this.#stdoutWatch?.stop();
     const { lost, unstarted } = this.#calls.clear(
       drained && !this.#truncated && !this.#protocolError,
+      command.local ? this.pid : undefined,
     );
-    this.#abandoned.gone(command.local ? this.pid : undefined);
-    this.#liveness.stop();
     if (!this.#hello) {
-      this.#rejectReady(
-        startError(
-          this.module,
-          this.spawnPid,
-          exit,
-          this.#fatal,
-          this.#truncated,
-          this.#hints(),
-        ),
+      const sandboxed = command.sandboxes.length > 0;
+      const { grants, adapter } = this.#options;
+      this.#handshake.failed(
+        exit,
+        this.#truncated,
+        hintContext(grants, sandboxed, adapter),
       );
     }
     if (lost.length > 0) this.#options.events.onLost(lost, exit, unstarted);
     this.#syncRef();
     return exit;
   }
-}
-
-/** Whether a promise settles within `ms`. */
-async function settledWithin(
-  promise: Promise<unknown>,
-  ms: number,
-): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const settled = await Promise.race([
-    promise.then(() => true),
-    new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), ms);
-    }),
-  ]);
-  clearTimeout(timer);
-  return settled;
 }
 
 /**
