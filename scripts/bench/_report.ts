@@ -775,7 +775,8 @@ Measurements that shaped a piece of the code, taken once on the 2-core CI machin
 | \`src/runtime/node_builtins.ts\`, \`src/runtime/bun.ts\` | no \`node:\` import at import time on Deno | Node compatibility on Deno: ~25 ms of CPU at start (measured another time: ~15 ms of start and ~10 MiB) |
 | \`src/worker/serve.ts\` | the call path run once after the hello | without it, ~1.5 ms fell on an idle one-shot spare's first call |
 | \`src/runtime/bun.ts\` | the gated stream class made on first use | Deno's web streams: ~3 ms of a Deno program's start |
-| \`src/runtime/bun_entry.ts\` | the Bun entry bundled minified, in the background | import: 3.6 to 3.7 ms of CPU unminified, 3.1 ms minified; a synchronous build held the parent 40 to 100 ms |`;
+| \`src/runtime/bun_entry.ts\` | the Bun entry bundled minified, ahead (checked in); built per process, in the background, only where it does not match | import: 3.6 to 3.7 ms of CPU unminified, 3.1 ms minified; a synchronous build held the parent 40 to 100 ms; the per-process build and an unbundled first worker: ~70 ms of a Bun CLI's CPU (first_start.ts, median 287 → 215 ms, load 3) |
+| \`src/runtime/launch/code_cache.ts\` | no warm-up start while the sources in the warm mark are unchanged | a warm-up start: ~110 ms of a Deno CLI's CPU (first_start.ts, median 478 → 366 ms, load 3 to 5) |`;
 
 interface Bar {
   label: string;
