@@ -1,10 +1,10 @@
 /**
- * The one launch path of a worker. First the command: the runtime with its
- * flags, airlock's entry and the user's module (or, in a compiled program,
- * the executable itself: self-exec; or a user's `command`). Then the
- * wrappers, innermost first: the OS sandbox (src/runtime/sandbox/: its
- * plan, then Landlock and bubblewrap), the parent-death
- * guard (`setpriv --pdeathsig KILL`). The result carries the argv and
+ * The one launch path of a worker. First the command (`inner_command.ts`:
+ * the runtime with its flags, airlock's entry and the user's module; or, in
+ * a compiled program, the executable itself: self-exec; or a user's
+ * `command`). Then the wrappers, innermost first: the OS sandbox
+ * (src/runtime/sandbox/: its plan, then Landlock and bubblewrap), the
+ * parent-death guard (`setpriv --pdeathsig KILL`). The result carries the argv and
  * environment to spawn, the exit mapper of its wrappers and how to find the
  * worker's real pid below them; with a launcher, the transport that starts
  * that command elsewhere instead (transport.ts: an argv prefix is one).
@@ -13,47 +13,27 @@
  */
 
 import {
-  basename,
   dirname,
-  fileURLToPath,
   isAbsolute,
   join,
   readFileSync,
   realpathSync,
   relative,
-  statSync,
 } from "../node_builtins.ts";
-import { PermissionError, WorkerStartError } from "../../errors.ts";
-import { bunEntryBundle } from "../bun_entry.ts";
-import type { RuntimeAdapter, RuntimeName } from "../types.ts";
-import {
-  completeDenoEnv,
-  denoMainModule,
-  denoRunArgv,
-} from "./deno_command.ts";
+import { PermissionError } from "../../errors.ts";
+import type { RuntimeAdapter } from "../types.ts";
 import { exitAsIs } from "./exit.ts";
-import {
-  DEFAULT_PATH,
-  linuxTool,
-  lookupDenied,
-  runtimeBinary,
-} from "./lookups.ts";
+import { DEFAULT_PATH, linuxTool, lookupDenied } from "./lookups.ts";
 import {
   executionFiles,
   isExecutableFile,
   recordWorkerWritable,
-  resolveProgram,
   resolveRunNames,
   trustedRealPath,
   writableByWorker,
 } from "./executable.ts";
-import {
-  denoCacheMounts,
-  projectRoot,
-  workerMounts,
-} from "../sandbox/mounts.ts";
+import { denoCacheMounts } from "../sandbox/mounts.ts";
 import { codeCacheDir, LOCATION_DATA, prepareCodeCache } from "./code_cache.ts";
-import { selfExecCommand } from "./self_exec_command.ts";
 import type {
   ExitMapper,
   LaunchStep,
@@ -68,239 +48,17 @@ import { commandTransport, type WorkerTransport } from "./transport.ts";
 import { hostFactsSteps } from "../sandbox/facts.ts";
 import { resolveGrantPaths } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
+import {
+  type InnerCommand,
+  innerCommand,
+  workerEntryUrl,
+} from "./inner_command.ts";
 import { sandboxWrappers } from "../sandbox/wrappers.ts";
 import { limitsLaunch } from "../sandbox/limits/launch.ts";
 import { SANDBOX_MESSAGES } from "../sandbox/messages.ts";
 import { type NetBroker, startNetBroker } from "../sandbox/net/broker.ts";
 import { runSteps, runStepsYielding, type Steps } from "../turns.ts";
 import type { NetLayout } from "../sandbox/net/targets.ts";
-
-/**
- * The URL of `workers/entry.ts` (or `.js` where airlock was installed as
- * transpiled JavaScript), computed in this one place.
- *
- * @returns The entry's URL.
- */
-export function workerEntryUrl(): URL {
-  const here = import.meta.url;
-  const extension = here.endsWith(".js") ? "js" : "ts";
-  return new URL(`../../../workers/entry.${extension}`, here);
-}
-
-/** What a worker's code needs besides its grants (see `LaunchStep`). */
-interface CodeMounts {
-  readOnly: readonly string[];
-  listOnly: readonly string[];
-}
-
-/**
- * The URL of `workers/bun_loader.ts` (or `.js`), beside the entry: what a
- * Bun worker runs when the entry is pre-bundled.
- *
- * @param entry The entry's URL, from {@linkcode workerEntryUrl}.
- * @returns The loader's URL.
- */
-function bunLoaderUrl(entry: URL): URL {
-  const extension = entry.pathname.endsWith(".js") ? "js" : "ts";
-  return new URL(`bun_loader.${extension}`, entry);
-}
-
-/** The command before wrapping, and what the sandbox decision needs of it. */
-interface InnerCommand {
-  step: LaunchStep;
-  /** The runtime binary the command starts, when it is airlock's worker. */
-  binary: string | undefined;
-  /** The runtime whose confinement rules apply (`undefined`: a `command`). */
-  runtime: RuntimeName | undefined;
-  /** Mount discovery for the worker's code (module workers). */
-  codeMounts: (() => CodeMounts) | undefined;
-  /** A `deno compile`d self-exec program. */
-  compiledDeno: boolean;
-  /** For a worker run by `deno run`: the module Deno runs, for its private code cache. */
-  denoModule?: string;
-  /** The private code cache the worker reads (set by {@linkcode useCodeCache}). */
-  codeCache?: string;
-  /** The broker of the worker's forwarded network (`host:port` grants under bubblewrap). */
-  network?: NetBroker;
-}
-
-function innerCommand(
-  input: WorkerCommandInput,
-  adapter: RuntimeAdapter,
-  env: Record<string, string>,
-  parentWatchdog: boolean,
-): InnerCommand {
-  if (input.command) {
-    const [program = "", ...rest] = input.command;
-    if (input.launcher !== undefined) {
-      // The program runs on the launcher's side: nothing to look up here.
-      return {
-        step: { argv: [...input.command], env, readOnly: [] },
-        binary: undefined,
-        runtime: undefined,
-        codeMounts: undefined,
-        compiledDeno: false,
-      };
-    }
-    const resolved = resolveProgram(
-      program,
-      input.cwd,
-      env.PATH ?? adapter.env("PATH") ?? DEFAULT_PATH,
-      lookupDenied(
-        input.label,
-        `the command's program "${program}"`,
-        "runtime",
-      ),
-    );
-    if ("missing" in resolved) {
-      throw new WorkerStartError({
-        module: input.label,
-        failure: "spawn",
-        detail: `cannot run the command: ${resolved.missing}`,
-      });
-    }
-    return {
-      step: { argv: [resolved.path, ...rest], env, readOnly: [] },
-      binary: resolved.path,
-      runtime: undefined,
-      codeMounts: () => ({
-        readOnly: commandMounts(resolved.path, rest, input.cwd),
-        listOnly: [],
-      }),
-      compiledDeno: false,
-    };
-  }
-  const entry = workerEntryUrl();
-  const self = input.moduleUrl === undefined ? undefined : selfExecCommand(
-    input,
-    adapter,
-    env,
-    runtimeBinary(adapter.name, adapter, input),
-    entry,
-  );
-  if (self) {
-    return {
-      step: { argv: self.argv, env, readOnly: self.readOnly },
-      binary: self.binary,
-      // A deno compile'd program cannot pass Deno's flags to its workers:
-      // only the sandbox confines them, as for Bun.
-      runtime: self.compiledDeno ? "bun" : adapter.name,
-      codeMounts: () => ({ readOnly: self.readOnly, listOnly: [] }),
-      compiledDeno: self.compiledDeno,
-      ...(self.mode === "forced" && adapter.name === "deno"
-        ? { denoModule: input.moduleUrl?.href ?? "" }
-        : {}),
-    };
-  }
-  const moduleUrl = input.moduleUrl;
-  if (!moduleUrl) throw new TypeError("Cannot build worker: no module");
-  const binary = runtimeBinary(input.runtime, adapter, input);
-  let argv: string[];
-  /** The pre-bundled worker entry a Bun worker runs, if any. */
-  let bunBundle: string | undefined;
-  if (input.runtime === "deno") {
-    const givenEnv = Object.keys(env);
-    completeDenoEnv(env, adapter.environment());
-    argv = denoRunArgv({
-      binary,
-      permissions: input.permissions,
-      extraRead: [],
-      givenEnv,
-      config: input.config,
-      projectDir: moduleUrl.protocol === "file:"
-        ? dirname(fileURLToPath(moduleUrl))
-        : undefined,
-      main: denoMainModule(entry, moduleUrl, input.label, parentWatchdog),
-    });
-  } else {
-    // --no-env-file: Bun would load the project's .env into process.env;
-    // the worker's environment is exactly `env` (and `inheritEnv`).
-    const entryPath = fileURLToPath(entry);
-    let bundle = bunEntryBundle(
-      binary,
-      entryPath,
-      adapter.environment(),
-      (callback) => adapter.onExit(callback),
-    );
-    // A bundle where a worker of this process may write (a grant covering
-    // the cache directory) could hold that worker's code, which this worker
-    // would run with its own grants: run the entry itself.
-    if (
-      bundle !== undefined &&
-      writableByWorker(dirname(bundle.file)) !== undefined
-    ) {
-      bundle = undefined;
-    }
-    bunBundle = bundle?.file;
-    // The loader checks the bundle's bytes against the hash and runs them.
-    argv = bundle === undefined
-      ? [binary, "--no-env-file", entryPath, moduleUrl.href]
-      : [
-        binary,
-        "--no-env-file",
-        fileURLToPath(bunLoaderUrl(entry)),
-        bundle.file,
-        bundle.sha256,
-        moduleUrl.href,
-      ];
-    if (parentWatchdog) argv.push("--parent-watchdog");
-  }
-  const codeMounts = (): CodeMounts =>
-    workerMounts({
-      runtime: input.runtime,
-      module: moduleUrl.protocol === "file:"
-        ? fileURLToPath(moduleUrl)
-        : undefined,
-      entry: entry.protocol === "file:" ? fileURLToPath(entry) : undefined,
-      config: input.config,
-      env: { ...adapter.environment(), ...env },
-    });
-  return {
-    // Bun reads the bundle's directory to resolve it: the directory holds
-    // only bundles of airlock's code.
-    step: {
-      argv,
-      env,
-      readOnly: bunBundle === undefined ? [] : [dirname(bunBundle)],
-    },
-    binary,
-    runtime: input.runtime,
-    codeMounts,
-    compiledDeno: false,
-    ...(input.runtime === "deno" ? { denoModule: moduleUrl.href } : {}),
-  };
-}
-
-/**
- * What a `command` worker reads besides its grants: the installation of its
- * program (`<prefix>` of `<prefix>/bin/<program>`, unless that is a system
- * prefix whose libraries are mounted anyway) and the project of every file
- * its arguments name (the script, a worker library). A relative argument
- * names a file as the program will open it: against the worker's `cwd`
- * (`["python3", "vendor/airlock_worker.py", "workers/db.py"]`).
- */
-function commandMounts(
-  program: string,
-  args: readonly string[],
-  cwd: string,
-): string[] {
-  const mounts = new Set<string>();
-  const bin = dirname(program);
-  if (basename(bin) === "bin") {
-    const prefix = dirname(bin);
-    if (!["/", "/usr", "/usr/local"].includes(prefix)) mounts.add(prefix);
-  }
-  for (const arg of args) {
-    if (arg === "" || arg.startsWith("-")) continue;
-    const path = isAbsolute(arg) ? arg : join(cwd, arg);
-    try {
-      if (statSync(path).isFile()) mounts.add(projectRoot(dirname(path)));
-    } catch {
-      // Not a file: an argument like any other.
-    }
-  }
-  return [...mounts];
-}
 
 /**
  * How a sandboxed Deno worker gets its private code cache: read-only (every
@@ -648,48 +406,14 @@ export function* buildWorkerCommandSteps(
     wrappers.push(setprivWrapper(setpriv));
   }
 
-  let step: LaunchStep = inner.step;
-  const mappers: ExitMapper[] = [];
-  let levels = 0;
-  let pidNamespace: WrappedStep["pidNamespace"];
+  let wrapped: Wrapped;
   try {
-    for (const wrapper of wrappers) {
-      const wrapped = wrapper.wrap(step);
-      if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
-      levels += wrapped.levels ?? 0;
-      pidNamespace = wrapped.pidNamespace ?? pidNamespace;
-      // What the worker must write reaches every outer sandbox.
-      // An embedded program travels out to the sandbox that makes it
-      // (which hands back its bytes as the spawn's descriptor 3).
-      const extraInput = wrapped.extraInput ?? step.extraInput;
-      const embedded = wrapped.extraInput !== undefined
-        ? undefined
-        : wrapped.embedded ?? step.embedded;
-      step = {
-        ...wrapped,
-        writable: wrapped.writable ?? step.writable ?? [],
-        scratch: wrapped.scratch ?? step.scratch ?? [],
-        ...(extraInput === undefined ? {} : { extraInput }),
-        ...(embedded === undefined ? {} : { embedded }),
-      };
-      yield;
-    }
-    if (step.embedded !== undefined) {
-      throw new Error(
-        `Cannot start worker "${input.label}": no sandbox makes the program ${step.embedded.path}`,
-      );
-    }
+    wrapped = yield* wrapAll(inner.step, wrappers, input.label);
   } catch (error: unknown) {
     limits.limits.release();
     throw error;
   }
-  const mapExit: ExitMapper = mappers.length === 0
-    ? exitAsIs
-    : (code, signal) => {
-      let status = { code, signal };
-      for (const map of mappers) status = map(status.code, status.signal);
-      return status;
-    };
+  const { step, mapExit, levels, pidNamespace } = wrapped;
   return {
     module: input.label,
     spawn: {
@@ -718,6 +442,66 @@ export function* buildWorkerCommandSteps(
       ? {}
       : { pidNamespace: { ...pidNamespace, setpriv } }),
   };
+}
+
+/** The worker's step wrapped by each wrapper, and what the wrappers say of it. */
+interface Wrapped {
+  step: LaunchStep;
+  /** Maps the spawned process's exit through every wrapper, outermost first. */
+  mapExit: ExitMapper;
+  /** Processes between the spawned one and the worker. */
+  levels: number;
+  pidNamespace: WrappedStep["pidNamespace"];
+}
+
+/**
+ * Wraps `inner` in each wrapper, innermost first (a turn after each).
+ *
+ * @throws {Error} when an embedded program is left that no sandbox makes.
+ */
+function* wrapAll(
+  inner: LaunchStep,
+  wrappers: readonly Wrapper[],
+  label: string,
+): Steps<Wrapped> {
+  let step: LaunchStep = inner;
+  const mappers: ExitMapper[] = [];
+  let levels = 0;
+  let pidNamespace: WrappedStep["pidNamespace"];
+  for (const wrapper of wrappers) {
+    const wrapped = wrapper.wrap(step);
+    if (wrapped.mapExit) mappers.unshift(wrapped.mapExit);
+    levels += wrapped.levels ?? 0;
+    pidNamespace = wrapped.pidNamespace ?? pidNamespace;
+    // What the worker must write reaches every outer sandbox.
+    // An embedded program travels out to the sandbox that makes it
+    // (which hands back its bytes as the spawn's descriptor 3).
+    const extraInput = wrapped.extraInput ?? step.extraInput;
+    const embedded = wrapped.extraInput !== undefined
+      ? undefined
+      : wrapped.embedded ?? step.embedded;
+    step = {
+      ...wrapped,
+      writable: wrapped.writable ?? step.writable ?? [],
+      scratch: wrapped.scratch ?? step.scratch ?? [],
+      ...(extraInput === undefined ? {} : { extraInput }),
+      ...(embedded === undefined ? {} : { embedded }),
+    };
+    yield;
+  }
+  if (step.embedded !== undefined) {
+    throw new Error(
+      `Cannot start worker "${label}": no sandbox makes the program ${step.embedded.path}`,
+    );
+  }
+  const mapExit: ExitMapper = mappers.length === 0
+    ? exitAsIs
+    : (code, signal) => {
+      let status = { code, signal };
+      for (const map of mappers) status = map(status.code, status.signal);
+      return status;
+    };
+  return { step, mapExit, levels, pidNamespace };
 }
 
 /**

@@ -138,7 +138,7 @@ export interface LandlockPathRule {
 
 /**
  * How the grants' paths were resolved by the parent, once, before the
- * start (see `resolveGrantPaths` in launch/command.ts).
+ * start (see `resolveGrantPaths` in grant_links.ts).
  */
 export interface GrantPaths {
   /** The path each granted path is opened at, by granted path (its real path under Landlock alone). */
