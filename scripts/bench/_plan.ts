@@ -304,6 +304,23 @@ export function jobsOf(
             maxTasksPerWorker: 100,
           },
         );
+        // The same two pools with calls paced one every 2 ms: the shape of
+        // a service, where a recycled worker's replacement can start ahead.
+        add(runtime, "pool-paced", `airlock pool of 2, paced (${rt})`, {
+          ...config,
+          maxTasksPerWorker: 0,
+          paceMs: 2,
+        });
+        add(
+          runtime,
+          "pool-recycle-paced",
+          `airlock pool of 2, maxTasksPerWorker 100, paced (${rt})`,
+          {
+            ...config,
+            maxTasksPerWorker: 100,
+            paceMs: 2,
+          },
+        );
         add(
           runtime,
           "pool-concurrent",

@@ -78,6 +78,11 @@ export interface DriverConfig {
   maxTasksPerWorker?: number;
   /** Calls one pool worker runs at once. */
   concurrency?: number;
+  /**
+   * Issue the pool's calls one every this many ms instead of all at once,
+   * and take each call's own latency (0: a burst, latency since it began).
+   */
+  paceMs?: number;
   /** Grant the one-shot worker everything (no OS sandbox on Bun). */
   permissionsAll?: boolean;
   /** oneShot spares for the start scenario (0: none). */
@@ -614,9 +619,32 @@ async function poolRun(config: DriverConfig): Promise<unknown> {
     );
     return { totalMs: performance.now() - begin, latencies };
   };
+  // Paced: one call every `paceMs`, each timed from its own issue, so a
+  // start that delays a call shows in that call's latency (a burst's
+  // latencies are completion times of one batch, bound by total CPU).
+  const paced = async (count: number, paceMs: number) => {
+    const latencies: number[] = [];
+    const begin = performance.now();
+    const calls: Promise<void>[] = [];
+    for (let i = 0; i < count; i++) {
+      const issued = performance.now();
+      calls.push(
+        p.add(i, 1).then((value) => {
+          if (value !== i + 1) check(false, `pool add(${i}, 1) gave ${value}`);
+          latencies.push(performance.now() - issued);
+        }),
+      );
+      const next = begin + (i + 1) * paceMs;
+      await delay(Math.max(0, next - performance.now()));
+    }
+    await Promise.all(calls);
+    return { totalMs: performance.now() - begin, latencies };
+  };
+  const run = (count: number) =>
+    config.paceMs ? paced(count, config.paceMs) : batch(count);
   try {
-    await batch(config.warmup);
-    const { totalMs, latencies } = await batch(config.iterations);
+    await run(config.warmup);
+    const { totalMs, latencies } = await run(config.iterations);
     latencies.sort((a, b) => a - b);
     return {
       totalMs,
