@@ -7,6 +7,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import {
+  existsSync,
   mkdtempSync,
   readFileSync,
   realpathSync,
@@ -410,6 +411,34 @@ describe("native confine step", {
     assert.ok(native.includes("ADDED=step"));
     assert.ok(!native.some((entry) => entry.startsWith("STEP_ONLY=")));
     assert.ok(!native.some((entry) => entry.startsWith("GONE=")));
+  });
+
+  test("native confine step --pdeathsig refuses a parent inside its pid namespace, before it runs anything", () => {
+    // Outside a pid namespace the parent is visible (getppid() > 0): what
+    // the step sees when bubblewrap died before the prctl and the
+    // namespace's init took it over. It must not run the worker then.
+    const marker = join(dir, "ran-without-parent");
+    const spec = confineSpec({
+      landlockAbi: 0,
+      seccomp: false,
+      permissions: resolvePermissions(undefined, dir),
+      executables: [],
+      readOnly: [],
+      cwd: dir,
+      argv: ["/bin/sh", "-c", `echo > ${marker}`],
+    });
+    const argv = nativeConfineArgv(program, spec, { pdeathsig: true });
+    assert.equal(argv[2], "--pdeathsig");
+    const result = run(argv.slice(1));
+    assert.equal(result.status, CONFINE_FAILED_EXIT_CODE, result.stderr);
+    assert.match(
+      result.stderr,
+      /^airlock confine: the parent \(bubblewrap\) ended before the parent-death signal was set \(errno 3\)\n$/,
+    );
+    assert.equal(existsSync(marker), false, "the worker ran");
+    // Without the flag the same spec runs.
+    assert.equal(run(nativeConfineArgv(program, spec).slice(1)).status, 0);
+    assert.equal(existsSync(marker), true);
   });
 
   test("native confine step leaves the worker no descriptor above stderr", () => {

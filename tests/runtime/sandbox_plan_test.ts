@@ -481,11 +481,36 @@ const cases: Case[] = [
   // --- which program confines (issue 23 item 3): the native step, an
   // execve, wherever bubblewrap makes it and no forwarder is started;
   // else the runtime step. ---
+  // In the shared pid namespace the native step also sets the worker's
+  // parent-death signal (no setpriv between bubblewrap and the step).
   ...[deno, bun, command].map((runtime): Case => ({
     request: { runtime, sandbox: "auto", permissions: readOnly },
     facts: native(both),
-    expect: "confined:bwrap,landlock+seccomp:step+native",
+    expect: "confined:bwrap,landlock+seccomp:step+native+pdeathsig",
   })),
+  {
+    // The warm-up start has a pid namespace of its own: setpriv's place.
+    request: {
+      runtime: bun,
+      sandbox: "auto",
+      permissions: readOnly,
+      sharePids: false,
+    },
+    facts: native(both),
+    expect: "confined:bwrap,landlock+seccomp:step+native",
+  },
+  {
+    // Landlock without signal scoping (ABI 5): no shared namespace either.
+    request: { runtime: bun, sandbox: "auto", permissions: readOnly },
+    facts: native({ ...linux, confineStep: step(5) }),
+    expect: "confined:bwrap,landlock+seccomp:step+native",
+  },
+  {
+    // The runtime step keeps setpriv, shared namespace or not.
+    request: { runtime: bun, sandbox: "auto", permissions: readOnly },
+    facts: both,
+    expect: "confined:bwrap,landlock+seccomp:step",
+  },
   {
     // A kernel without Landlock: the native step installs seccomp alone.
     request: { runtime: bun, sandbox: "auto", permissions: nothing },
@@ -548,7 +573,9 @@ describe("sandboxPlan()", () => {
             plan.net === undefined
               ? ""
               : `+net:${plan.net.targets.map((t) => t.scope).join(",")}`
-          }${plan.step?.program === "native" ? "+native" : ""}`
+          }${plan.step?.program === "native" ? "+native" : ""}${
+            plan.parentDeath === "step" ? "+pdeathsig" : ""
+          }`
           : "unconfined";
         words = plan.reason;
         if (plan.confined) {

@@ -9,6 +9,7 @@ import { readFileSync, realpathSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { type PermissionsOption, session } from "../../mod.ts";
+import { RUNTIME_CONFINE_STEP_ENV } from "../../src/runtime/sandbox/native_step.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
 import { needs } from "../_helpers/tools.ts";
@@ -198,6 +199,41 @@ describe("pid namespace", () => {
         `processes it sees besides itself and its init (the other worker is ${await other
           .ownPid()})`,
       );
+    },
+  );
+
+  test(
+    "a worker in the shared pid namespace has SIGKILL as its parent-death signal, on both confine steps",
+    { skip: SHARED_SKIP || (needs("setpriv").skip ?? false) },
+    async () => {
+      // bubblewrap there does not die with the parent (the holder's end
+      // kills the worker), so the worker must die with bubblewrap: the
+      // native step sets the signal itself, setpriv does for the runtime
+      // step. (Its cgroup's end kills it too, where there is one.)
+      const options = {
+        sandbox: "os" as const,
+        permissions: RUNTIME === "deno" ? { ffi: true } : {},
+      };
+      const SIGKILL = 9;
+      for (const step of ["native", "runtime"]) {
+        const previous = process.env[RUNTIME_CONFINE_STEP_ENV];
+        if (step === "runtime") process.env[RUNTIME_CONFINE_STEP_ENV] = "1";
+        try {
+          await using s = await session<typeof confine>(CONFINE, options);
+          assert.equal(await s.parentDeathSignal(), SIGKILL, step);
+          const status = readFileSync(`/proc/${s.pid}/status`, "utf8");
+          const parent = Number(/^PPid:\s+(\d+)$/m.exec(status)?.[1]);
+          assert.match(
+            readFileSync(`/proc/${parent}/cmdline`, "utf8"),
+            /bwrap/,
+            `${step}: the worker's parent is bubblewrap`,
+          );
+        } finally {
+          if (previous === undefined) {
+            delete process.env[RUNTIME_CONFINE_STEP_ENV];
+          } else process.env[RUNTIME_CONFINE_STEP_ENV] = previous;
+        }
+      }
     },
   );
 

@@ -85,6 +85,14 @@ export interface LandlockWrapperOptions {
    * @default {undefined}
    */
   native?: Uint8Array;
+  /**
+   * With `native`: the step sets the worker's parent-death signal itself
+   * (`--pdeathsig`), in place of a `setpriv` between bubblewrap and the
+   * step (the plan's `parentDeath: "step"`).
+   *
+   * @default {false}
+   */
+  parentDeath?: boolean;
 }
 
 /**
@@ -178,7 +186,9 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         // No runtime starts: no variables of its own, nothing of it to read.
         const spec = confineSpec({ ...rules, env: {} });
         return {
-          argv: nativeConfineArgv(NATIVE_CONFINE_PATH, spec),
+          argv: nativeConfineArgv(NATIVE_CONFINE_PATH, spec, {
+            pdeathsig: options.parentDeath === true,
+          }),
           env,
           readOnly: inner.readOnly,
           embedded: { path: NATIVE_CONFINE_PATH, bytes: native },

@@ -87,6 +87,9 @@ export function nativeConfineElf(arch: string): Uint8Array | undefined {
  *
  * @param program The step's path (inside the sandbox).
  * @param spec The spec, as `confineSpec()` builds it.
+ * @param options `pdeathsig`: the step sets the worker's parent-death
+ *   signal (SIGKILL) itself, for a parent outside its pid namespace
+ *   (bubblewrap around a worker in the shared one): no `setpriv` between.
  * @returns The argv.
  * @throws {RangeError} when the spec has a forwarder, or an environment
  *   change's name is empty or holds `=`.
@@ -108,18 +111,30 @@ export function nativeConfineElf(arch: string): Uint8Array | undefined {
  *   "/dev/airlock-confine", "airlock-confine/1", "/app", "-", "0", "0", "-",
  *   "2", "DENO_DIR", "A=1", "--", "/usr/bin/bun", "main.ts",
  * ]);
+ * const dies = nativeConfineArgv("/dev/airlock-confine", {
+ *   v: 1, cwd: "/app", landlock: null, seccomp: "", argv: ["/bin/true"], env: {},
+ * }, { pdeathsig: true });
+ * assert.deepEqual(dies.slice(0, 4), [
+ *   "/dev/airlock-confine", "airlock-confine/1", "--pdeathsig", "/app",
+ * ]);
  * ```
  */
 export function nativeConfineArgv(
   program: string,
   spec: ConfineSpec,
+  options: { pdeathsig?: boolean } = {},
 ): string[] {
   if (spec.forwarder !== undefined) {
     throw new RangeError(
       "Cannot encode the native confine step: it starts no network forwarder (the runtime step does)",
     );
   }
-  const argv = [program, NATIVE_CONFINE_MAGIC, spec.cwd];
+  const argv = [
+    program,
+    NATIVE_CONFINE_MAGIC,
+    ...(options.pdeathsig === true ? ["--pdeathsig"] : []),
+    spec.cwd,
+  ];
   const ruleset = spec.landlock;
   if (ruleset === null) argv.push("-", "0", "0");
   else {

@@ -156,6 +156,15 @@ export type SandboxPlan =
      * without bubblewrap (the worker keeps its host pid).
      */
     readonly pidNamespace: "own" | "shared" | undefined;
+    /**
+     * What kills the worker when the process around it dies (where the
+     * launch has a parent-death guard at all): `"step"`, the native step
+     * (`--pdeathsig`) in the shared pid namespace, inside bubblewrap, with
+     * no `setpriv` between; else `"setpriv"`, inside bubblewrap in the
+     * shared namespace (the runtime step's paths), around everything
+     * elsewhere.
+     */
+    readonly parentDeath: "step" | "setpriv";
   };
 
 /** What the confine step can do for these permissions. */
@@ -612,6 +621,14 @@ function confinedBy(
   if (step !== undefined && step.support.landlockAbi > 0) {
     backends.push("landlock");
   }
+  const pidNamespace = bwrap === undefined
+    ? undefined
+    // A forwarded network keeps a namespace of its own: its forwarder
+    // runs beside the worker, outside the worker's Landlock domain.
+    : sharing !== undefined && net === undefined &&
+        sharesPidNamespace(sharing, step)
+    ? "shared"
+    : "own";
   return {
     confined: true,
     reason,
@@ -620,13 +637,10 @@ function confinedBy(
     step,
     seccomp: step === undefined ? "bwrap" : "step",
     net,
-    pidNamespace: bwrap === undefined
-      ? undefined
-      // A forwarded network keeps a namespace of its own: its forwarder
-      // runs beside the worker, outside the worker's Landlock domain.
-      : sharing !== undefined && net === undefined &&
-          sharesPidNamespace(sharing, step)
-      ? "shared"
-      : "own",
+    pidNamespace,
+    // One exec fewer per start: the native step sets the signal itself.
+    parentDeath: pidNamespace === "shared" && step?.program === "native"
+      ? "step"
+      : "setpriv",
   };
 }

@@ -67,8 +67,11 @@ export interface SandboxWrappersOptions {
   network?: NetBroker;
   /**
    * `setpriv` (the parent-death guard), when there is one: in the shared pid
-   * namespace it runs inside bubblewrap, so that the worker dies with
-   * bubblewrap while bubblewrap outlives the parent long enough to reap it.
+   * namespace the worker dies with bubblewrap while bubblewrap outlives the
+   * parent long enough to reap it, through `setpriv` inside bubblewrap or,
+   * where the plan says `parentDeath: "step"`, the native step's own
+   * `--pdeathsig` (one exec fewer). `undefined`: no guard (the worker
+   * watches its parent; bubblewrap dies with it).
    *
    * @default {undefined}
    */
@@ -90,6 +93,11 @@ export function sandboxWrappers(
 ): Wrapper[] {
   const { permissions, codeCache, grants } = options;
   const wrappers: Wrapper[] = [];
+  // A grant bound from a descriptor (one a worker may swap) keeps a pid
+  // namespace of its own: bubblewrap started by the bind-fds step cannot
+  // join the shared one (its setns of the user namespace fails).
+  const shared = plan.pidNamespace === "shared" && grants.raceable.size === 0;
+  const guarded = shared && options.setpriv !== undefined;
   if (plan.step !== undefined) {
     const write = permissions.write;
     wrappers.push(landlockWrapper({
@@ -117,15 +125,14 @@ export function sandboxWrappers(
       stepEnv: plan.step.stepEnv,
       ...(plan.net === undefined ? {} : { forwarder: plan.net }),
       ...(plan.step.program === "native"
-        ? { native: nativeElf(options.module) }
+        ? {
+          native: nativeElf(options.module),
+          parentDeath: guarded && plan.parentDeath === "step",
+        }
         : {}),
     }));
   }
-  // A grant bound from a descriptor (one a worker may swap) keeps a pid
-  // namespace of its own: bubblewrap started by the bind-fds step cannot
-  // join the shared one (its setns of the user namespace fails).
-  const shared = plan.pidNamespace === "shared" && grants.raceable.size === 0;
-  if (shared && options.setpriv !== undefined) {
+  if (guarded && plan.parentDeath !== "step" && options.setpriv) {
     wrappers.push(setprivWrapper(options.setpriv));
   }
   if (plan.bwrap !== undefined) {

@@ -15,8 +15,19 @@
  * The spec comes as argv (encoded by src/runtime/sandbox/native_step.ts;
  * each item a C string, so no length can lie):
  *
- *   airlock-confine/1  CWD  LANDLOCK  N  (ACCESS,FLAGS PATH){N}
+ *   airlock-confine/1  [--pdeathsig]  CWD  LANDLOCK  N  (ACCESS,FLAGS PATH){N}
  *   M  (PORT,ACCESS){M}  SECCOMP  K  (NAME=VALUE | NAME){K}  --  ARGV...
+ *
+ * --pdeathsig (first, before anything else is done): the worker gets
+ * SIGKILL when its parent dies (PR_SET_PDEATHSIG), as `setpriv --pdeathsig
+ * KILL` would give it, and the parent must still be the one that started
+ * it: a parent outside the step's pid namespace (bubblewrap, around a
+ * worker that joined the shared one), so getppid() is 0. A parent that died
+ * before the prctl left the step to the namespace's init (getppid() is
+ * then that init's pid): the step exits at once. The signal survives the
+ * execve: it is cleared only by an exec that changes credentials (a
+ * set-user-ID or file-capability program), which no-new-privileges, set
+ * below, rules out for the worker and anything it runs.
  *
  * LANDLOCK is "-" (none) or "ABI,HANDLED_FS,HANDLED_NET,SCOPED"; FLAGS is
  * 1 (exact: opened without following links) | 2 (required: missing is an
@@ -46,6 +57,7 @@ typedef unsigned char u8;
 #define SYS_prctl 157
 #define SYS_exit_group 231
 #define SYS_openat 257
+#define SYS_getppid 110
 #elif defined(__aarch64__)
 #define SYS_write 64
 #define SYS_close 57
@@ -57,6 +69,7 @@ typedef unsigned char u8;
 #define SYS_prctl 167
 #define SYS_exit_group 94
 #define SYS_openat 56
+#define SYS_getppid 173
 #else
 #error "airlock's native confine step knows x86_64 and aarch64 only"
 #endif
@@ -83,6 +96,9 @@ typedef unsigned char u8;
 #define ESTALE 116
 #define ENODEV 19
 #define ETIMEDOUT 110
+#define PR_SET_PDEATHSIG 1
+#define SIGKILL 9
+#define ESRCH 3
 #define PR_SET_NO_NEW_PRIVS 38
 #define PR_SET_SECCOMP 22
 #define PR_GET_SECCOMP 21
@@ -313,6 +329,7 @@ static int hex_digit(char c);
 
 /* The spec, checked whole before anything is done (as step.ts decodes it first). */
 struct spec {
+  int pdeathsig;       /* whether --pdeathsig came first */
   char *cwd;
   int landlock;        /* whether there is a ruleset */
   u64 head[4];         /* abi, handled_access_fs, handled_access_net, scoped */
@@ -330,6 +347,8 @@ static void parse(struct cursor *in, struct spec *out) {
   u64 pair[2];
   if (!equal(take(in, "no version"), SPEC_MAGIC)) invalid("not version 1 (" SPEC_MAGIC ")");
   out->cwd = take(in, "no cwd");
+  out->pdeathsig = equal(out->cwd, "--pdeathsig");
+  if (out->pdeathsig) out->cwd = take(in, "no cwd");
   if (out->cwd[0] != '/') invalid("cwd is not an absolute path");
   char *landlock = take(in, "no landlock");
   out->landlock = !equal(landlock, "-");
@@ -635,6 +654,19 @@ script : {
 }
 }
 
+/*
+ * --pdeathsig: SIGKILL when the parent dies, and the parent still the one
+ * outside this pid namespace that started the step (see the header).
+ */
+static void die_with_parent(void) {
+  i64 set = sys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0);
+  if (set != 0) say("cannot set the parent-death signal"), fail(set);
+  if (sys(SYS_getppid, 0, 0, 0, 0) != 0) {
+    say("the parent (bubblewrap) ended before the parent-death signal was set");
+    fail(-ESRCH);
+  }
+}
+
 /* --probe: what the kernel offers, as the runtime step prints it. */
 static __attribute__((noreturn)) void probe(void) {
   i64 mode = sys(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0);
@@ -654,6 +686,7 @@ __attribute__((noreturn, used)) void confine_main(u64 *stack) {
   struct cursor in = {argv, argc, 1};
   struct spec spec;
   parse(&in, &spec);
+  if (spec.pdeathsig) die_with_parent();
   i64 changed = sys(SYS_chdir, spec.cwd, 0, 0, 0);
   if (changed != 0) say("cannot change to the directory "), say_quoted(spec.cwd), fail(changed);
   if (sys(SYS_geteuid, 0, 0, 0, 0) == 0) drop_capabilities();
