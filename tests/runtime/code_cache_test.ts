@@ -27,7 +27,10 @@ import { rejection, until, within } from "../_helpers/wait.ts";
 import {
   markWarmUpStuck,
   prepareCodeCache,
+  PRUNE_EVERY_MS,
   pruneCodeCaches,
+  PRUNED_MARK,
+  prunedRecently,
   STUCK_MARK,
   STUCK_RETRY_MS,
   USED_MARK,
@@ -459,4 +462,20 @@ test("a warm-up that ran past its timeout is skipped by every process for STUCK_
   assert.equal(warmUpStuckRecently(dir, at), false);
   // A directory it cannot write: not recorded, no throw.
   markWarmUpStuck(join(dir, "missing", "deeper"), at);
+});
+
+test("the caches are pruned at most once per PRUNE_EVERY_MS, by all processes together", async () => {
+  using dir = scratchDir("pruned-mark");
+  const now = Date.now();
+  assert.equal(await prunedRecently(dir.path, now), false, "never pruned");
+  assert.ok(existsSync(join(dir.path, PRUNED_MARK)));
+  assert.equal(await prunedRecently(dir.path, now + 1_000), true);
+  // Past the interval, or a mark from the future: due again.
+  assert.equal(
+    await prunedRecently(dir.path, now + PRUNE_EVERY_MS + 1_000),
+    false,
+  );
+  const future = new Date(Date.now() + 3_600_000);
+  utimesSync(join(dir.path, PRUNED_MARK), future, future);
+  assert.equal(await prunedRecently(dir.path), false);
 });

@@ -24,7 +24,7 @@ import {
   markWarm,
   WARM_MARK,
   warmMarkCurrent,
-} from "../../src/runtime/launch/code_cache.ts";
+} from "../../src/runtime/launch/warm_mark.ts";
 
 const root = scratchDir("warm-mark");
 after(() => root[Symbol.dispose]());

@@ -10,6 +10,7 @@ import { execFileSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
+  lstatSync,
   mkdirSync,
   readdirSync,
   readFileSync,
@@ -28,6 +29,14 @@ import {
   markWarm,
   WARM_MARK,
   warmMarkCurrent,
+} from "../../src/runtime/launch/warm_mark.ts";
+import {
+  markWarmUpStuck,
+  PRUNED_MARK,
+  prunedRecently,
+  STUCK_MARK,
+  touchCodeCache,
+  USED_MARK,
 } from "../../src/runtime/launch/code_cache.ts";
 
 const root = scratchDir("warm-mark-trust");
@@ -103,6 +112,33 @@ describe("the warm mark's trust", () => {
   });
 });
 
+describe("the code cache's marks", () => {
+  test("a link planted in a mark's place is replaced, never written through", async () => {
+    const cache = root.join("links");
+    mkdirSync(cache, { mode: 0o700 });
+    const victim = root.join("victim.txt");
+    writeFileSync(victim, "the user's file");
+    for (const name of [WARM_MARK, USED_MARK, STUCK_MARK, PRUNED_MARK]) {
+      symlinkSync(victim, join(cache, name));
+    }
+    markWarm(cache, [victim], Date.now() + 60_000);
+    touchCodeCache(cache);
+    markWarmUpStuck(cache);
+    assert.equal(await prunedRecently(cache), false);
+    assert.equal(readFileSync(victim, "utf8"), "the user's file");
+    for (const name of [WARM_MARK, USED_MARK, STUCK_MARK, PRUNED_MARK]) {
+      const stat = lstatSync(join(cache, name));
+      assert.ok(stat.isFile(), name);
+      assert.equal(stat.mode & 0o777, 0o600, name);
+    }
+    // Nothing left beside them.
+    assert.deepEqual(
+      readdirSync(cache).sort(),
+      [WARM_MARK, USED_MARK, STUCK_MARK, PRUNED_MARK].sort(),
+    );
+  });
+});
+
 describe("a planted warm mark and planted code", needsSandbox(), () => {
   test("a worker runs its module's own code, never code planted in its cache beside a current mark", () => {
     const denoDir = root.join("deno");
@@ -134,7 +170,9 @@ export default defineWorker({ value: () => "own code" });
     };
     assert.equal(parent().warmUps, 2);
     const caches = join(denoDir, "airlock-code");
-    const [key] = readdirSync(caches);
+    const [key] = readdirSync(caches).filter((name) =>
+      /^[0-9a-f]{32}$/.test(name)
+    );
     const cache = join(caches, key as string);
     // The module's transpiled code rewritten (its metadata line kept, so
     // the source hash it names still matches the module), and a mark that

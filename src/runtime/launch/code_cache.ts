@@ -5,8 +5,8 @@
  * compilation: about 0.28 s against 0.05 s). Workers get it read-only: a
  * worker (its native code, through `ffi`) can write nothing there for a
  * later worker. The parent fills it (before its first worker of the module,
- * once per process and only when its warm mark is not current, see
- * {@linkcode warmMarkCurrent}: launch/warm_up.ts) with a warm-up start of the same
+ * once per process and only when its warm mark is not current: warm_mark.ts,
+ * launch/warm_up.ts) with a warm-up start of the same
  * module that runs with no grant at all (no `read`, `write`, `net`, `env`,
  * `run`, `ffi`, no environment, no setup, serving no call) but with the
  * cache writable: Deno writes its own caches without JavaScript permissions,
@@ -18,7 +18,8 @@
  * is a private tmpfs inside bubblewrap and read-only without it.
  *
  * The caches stay bounded: each process touches a mark (`airlock-used`) in
- * the caches it uses and prunes, once and in the background, the caches
+ * the caches it uses and prunes (once, in the background, and only when no
+ * process did in the last {@linkcode PRUNE_EVERY_MS}) the caches
  * unused for {@linkcode CODE_CACHE_MAX_AGE_MS} and, beyond the
  * {@linkcode CODE_CACHE_MAX_ENTRIES} most recently used, those unused for
  * {@linkcode CODE_CACHE_GRACE_MS}; never one this process uses.
@@ -27,12 +28,10 @@
  */
 
 import {
-  existsSync,
   join,
   lstat,
   lstatSync,
   mkdirSync,
-  process,
   readdir,
   readdirSync,
   readFileSync,
@@ -40,7 +39,6 @@ import {
   renameSync,
   rm,
   rmSync,
-  statSync,
   symlinkSync,
   writeFileSync,
 } from "../node_builtins.ts";
@@ -54,9 +52,6 @@ const SHARED = ["remote", "npm"] as const;
 
 /** Where Deno keeps web storage (`localStorage`, the Cache API) under `DENO_DIR`. */
 export const LOCATION_DATA = "location_data";
-
-/** The file the parent writes into a cache once its warm-up has run. */
-export const WARM_MARK = "airlock-warmed";
 
 /** What a worker's compiled code depends on. */
 export interface CodeCacheKey {
@@ -219,192 +214,24 @@ export function clearLocationData(dir: string): void {
 }
 
 /**
- * Whether the cache's warm-up has run (by this or an earlier process).
+ * Writes a mark file: a new file beside it (`O_EXCL`, mode 0600) renamed
+ * over it, so that a link planted in its place is replaced, never written
+ * through (a `writeFileSync` to the mark's path would truncate whatever file
+ * the link names).
  *
- * @param dir The directory, from {@linkcode codeCacheDir}.
- * @returns `true` once {@linkcode markWarm} was called for it.
+ * @param path The mark's path.
+ * @param text What it holds.
+ * @throws When it cannot be written.
  */
-export function isWarm(dir: string): boolean {
-  return existsSync(join(dir, WARM_MARK));
-}
-
-/** The version of the warm mark's format (an older mark is empty). */
-const MARK_VERSION = 1;
-
-/** A mark longer than this is not read (one holds ~100 bytes a source). */
-const MAX_MARK_BYTES = 1024 * 1024;
-
-/** At most this many sources are recorded (past it: no mark is current). */
-const MAX_MARK_SOURCES = 10_000;
-
-/**
- * A source changed this close before the warm-up began, or after, is
- * recorded as unsettled (never current): file times tick coarsely, so an
- * edit just after the warm-up read a file could leave the time the mark
- * then records.
- */
-const TICK_MARGIN_MS = 50;
-
-/** What a mark records for a source that may have changed during the warm-up. */
-const UNSETTLED = "unsettled";
-
-/**
- * A source's identity: device, inode, size, modification time (ms) and
- * change time (s: Deno's `node:fs` gives no finer one, and a Bun parent
- * must read a Deno parent's mark alike); `-` when missing, `+` when not a
- * regular file.
- *
- * @param path An absolute path.
- * @returns The identity, and its modification time (ms) when it is a file.
- */
-function sourceIdentity(path: string): { id: string; mtimeMs?: number } {
+export function replaceFile(path: string, text: string): void {
+  const temporary = `${path}.${crypto.randomUUID()}`;
+  writeFileSync(temporary, text, { flag: "wx", mode: 0o600 });
   try {
-    const stat = statSync(path);
-    if (!stat.isFile()) return { id: "+" };
-    const mtimeMs = Math.floor(stat.mtimeMs);
-    const ctime = Math.floor(stat.ctimeMs / 1000);
-    return {
-      id: `${stat.dev}:${stat.ino}:${stat.size}:${mtimeMs}:${ctime}`,
-      mtimeMs,
-    };
-  } catch {
-    return { id: "-" };
-  }
-}
-
-/**
- * The local sources Deno compiled into the cache: its `gen/file/` tree
- * mirrors the path of every local module it transpiled (`gen/file/app/w.ts.js`
- * for `/app/w.ts`). Only those that exist now (the tree keeps what is gone).
- */
-function compiledSources(dir: string): string[] {
-  const found: string[] = [];
-  const walk = (path: string, source: string): void => {
-    let entries: { name: string; isDirectory(): boolean; isFile(): boolean }[];
-    try {
-      entries = readdirSync(path, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const entry of entries) {
-      if (found.length > MAX_MARK_SOURCES) return;
-      const inner = join(path, entry.name);
-      if (entry.isDirectory()) walk(inner, `${source}/${entry.name}`);
-      else if (entry.isFile() && entry.name.endsWith(".js")) {
-        const file = `${source}/${entry.name.slice(0, -3)}`;
-        if (sourceIdentity(file).mtimeMs !== undefined) found.push(file);
-      }
-    }
-  };
-  walk(join(dir, "gen", "file"), "");
-  return found;
-}
-
-/** This process's effective uid (`undefined` where there is none). */
-function euid(): number | undefined {
-  try {
-    return process.effectiveUid();
-  } catch {
-    return undefined;
-  }
-}
-
-/** Whether `path` is this user's, no link, and writable by no one else. */
-function ownPrivate(path: string, directory: boolean): boolean {
-  const uid = euid();
-  try {
-    const stat = lstatSync(path);
-    return uid !== undefined && stat.uid === uid &&
-      (stat.mode & 0o022) === 0 &&
-      (directory ? stat.isDirectory() : stat.isFile());
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Records that the cache's warm-up has run, so that no later start (of this
- * or a later process) runs it again while nothing it compiled changed: the
- * mark holds the identity (device, inode, size, times) of every local
- * source in the cache's `gen/file/` tree and of `sources` (the runtime
- * binary, the module, its project's config), each recorded as unsettled
- * (never current) when modified after `since` (minus a clock tick). Written beside and
- * renamed over the old one, mode 0600, never through a link.
- *
- * @param dir The directory, from {@linkcode codeCacheDir}.
- * @param sources What else the compiled code depends on (absolute paths).
- * @param since When the warm-up began (ms since the epoch).
- * @throws When it cannot be written (a later process warms up again).
- */
-export function markWarm(
-  dir: string,
-  sources: readonly string[],
-  since: number,
-): void {
-  const files: Record<string, string> = {};
-  for (const path of new Set([...sources, ...compiledSources(dir)])) {
-    const { id, mtimeMs } = sourceIdentity(path);
-    files[path] = mtimeMs !== undefined && mtimeMs >= since - TICK_MARGIN_MS
-      ? UNSETTLED
-      : id;
-  }
-  const mark = join(dir, WARM_MARK);
-  const temporary = `${mark}.${crypto.randomUUID()}`;
-  writeFileSync(
-    temporary,
-    JSON.stringify({ version: MARK_VERSION, files }),
-    { flag: "wx", mode: 0o600 },
-  );
-  try {
-    renameSync(temporary, mark);
+    renameSync(temporary, path);
   } catch (error: unknown) {
     rmSync(temporary, { force: true });
     throw error;
   }
-}
-
-/**
- * Whether the cache's warm mark says that nothing its warm-up compiled has
- * changed since: every source it records (and each of `sources`) has the
- * identity recorded. Then no warm-up is needed; a wrong answer costs speed
- * only (Deno checks every cached module against its source's hash, and
- * compiles again what changed), never confinement: the mark decides only
- * whether a warm-up runs. A mark (or cache directory) that is not this
- * user's, writable by others, a link, too long or malformed is not current.
- *
- * @param dir The directory, from {@linkcode codeCacheDir}.
- * @param sources What else the compiled code depends on (absolute paths).
- * @returns `true` when the warm-up may be skipped.
- */
-export function warmMarkCurrent(
-  dir: string,
-  sources: readonly string[],
-): boolean {
-  const mark = join(dir, WARM_MARK);
-  if (!ownPrivate(dir, true) || !ownPrivate(mark, false)) return false;
-  let files: unknown;
-  try {
-    if (lstatSync(mark).size > MAX_MARK_BYTES) return false;
-    const parsed = JSON.parse(readFileSync(mark, "utf8")) as {
-      version?: unknown;
-      files?: unknown;
-    };
-    if (parsed.version !== MARK_VERSION) return false;
-    files = parsed.files;
-  } catch {
-    return false;
-  }
-  if (typeof files !== "object" || files === null || Array.isArray(files)) {
-    return false;
-  }
-  const recorded = files as Record<string, unknown>;
-  const paths = Object.keys(recorded);
-  if (paths.length === 0 || paths.length > MAX_MARK_SOURCES) return false;
-  if (sources.some((path) => !Object.hasOwn(recorded, path))) return false;
-  return paths.every((path) =>
-    typeof recorded[path] === "string" && recorded[path] !== UNSETTLED &&
-    sourceIdentity(path).id === recorded[path]
-  );
 }
 
 /**
@@ -430,7 +257,7 @@ export const STUCK_RETRY_MS = 60 * 60 * 1000;
  */
 export function markWarmUpStuck(dir: string, now: number = Date.now()): void {
   try {
-    writeFileSync(join(dir, STUCK_MARK), String(now));
+    replaceFile(join(dir, STUCK_MARK), String(now));
   } catch {
     // Not recorded: a later process tries the warm-up again.
   }
@@ -501,7 +328,7 @@ export function touchCodeCache(dir: string): void {
   if (last !== undefined && now - last < TOUCH_EVERY_MS) return;
   used.set(dir, now);
   try {
-    writeFileSync(join(dir, USED_MARK), String(now));
+    replaceFile(join(dir, USED_MARK), String(now));
   } catch {
     // Not recorded: the directory's own time stands in for it.
   }
@@ -603,8 +430,51 @@ export async function pruneCodeCaches(
 }
 
 /**
- * Prunes the caches beside `dir` once per process, in the background
- * (see {@linkcode pruneCodeCaches}).
+ * The file (in the directory holding the caches) whose modification time
+ * says when a process last pruned them.
+ */
+export const PRUNED_MARK = "airlock-pruned";
+
+/**
+ * The caches are pruned at most this often, by all processes together: a
+ * prune reads every cache's marks (~20 ms of a Deno CLI's CPU at 64 caches).
+ */
+export const PRUNE_EVERY_MS = CODE_CACHE_GRACE_MS;
+
+/**
+ * Whether the caches under `root` were pruned less than
+ * {@linkcode PRUNE_EVERY_MS} ago; when not, records that they are being
+ * pruned now. A mark someone else wrote can only delay pruning (the caches
+ * grow, they are never used the more for it).
+ *
+ * @param root The directory holding the caches.
+ * @param now The current time (ms since the epoch).
+ * @returns `true` when no prune is due.
+ */
+export async function prunedRecently(
+  root: string,
+  now: number = Date.now(),
+): Promise<boolean> {
+  const mark = join(root, PRUNED_MARK);
+  try {
+    const stat = await lstat(mark);
+    const at = stat.mtimeMs;
+    if (stat.isFile() && now >= at && now - at < PRUNE_EVERY_MS) return true;
+  } catch {
+    // Never pruned, or gone: due.
+  }
+  try {
+    replaceFile(mark, String(now));
+  } catch {
+    // Not recorded: the next process prunes again.
+  }
+  return false;
+}
+
+/**
+ * Prunes the caches beside `dir` in the background, once per process and
+ * at most once per {@linkcode PRUNE_EVERY_MS} on the machine (see
+ * {@linkcode pruneCodeCaches}).
  *
  * @param dir A cache directory, from {@linkcode codeCacheDir}.
  */
@@ -612,5 +482,7 @@ export function pruneCodeCachesOnce(dir: string): void {
   const root = join(dir, "..");
   if (pruned.has(root)) return;
   pruned.add(root);
-  pruneCodeCaches(root).catch(() => {});
+  prunedRecently(root).then((recently) =>
+    recently ? undefined : pruneCodeCaches(root)
+  ).catch(() => {});
 }

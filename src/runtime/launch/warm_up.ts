@@ -5,7 +5,7 @@
  * all, no environment and no setup, in the OS sandbox, with only the cache
  * writable; stdin is empty, so the worker imports its module, says hello
  * and ends. None runs while the cache's warm mark is current (nothing it
- * compiled changed since an earlier warm-up: code_cache.ts `warmMarkCurrent`),
+ * compiled changed since an earlier warm-up: warm_mark.ts),
  * so a later process of the same program pays no warm-up start. Asynchronous: the parent's event loop runs on meanwhile (a
  * module that hangs at import stalls nothing but its own start). Concurrent
  * starts of a module share one warm-up; each waits for it at most until its
@@ -18,14 +18,12 @@ import { buildWorkerCommandYielding } from "./command.ts";
 import { nextTurn } from "../turns.ts";
 import {
   clearLocationData,
-  isWarm,
-  markWarm,
   markWarmUpStuck,
   pruneCodeCachesOnce,
   touchCodeCache,
-  warmMarkCurrent,
   warmUpStuckRecently,
 } from "./code_cache.ts";
+import { isWarm, markWarm, warmMarkCurrent } from "./warm_mark.ts";
 import { denoProjectFile } from "./deno_command.ts";
 import { runtimeBinary } from "./lookups.ts";
 import { dirname, fileURLToPath } from "../node_builtins.ts";
