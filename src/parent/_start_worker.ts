@@ -304,6 +304,8 @@ export async function startWorker(
         argv: bindPidNamespace(built.spawn.argv, lease.holderPid),
       },
     };
+    // What the spawn would load in one block, a turn at a time.
+    await adapter.prepareSpawn?.(command.spawn);
     const began = Date.now();
     let child: ChildHandle | undefined;
     if (command.transport !== undefined) {

@@ -14,7 +14,13 @@ import type {
 } from "./types.ts";
 import { serialWriter } from "./_write_queue.ts";
 import { COPY_READ_BYTES, READ_BYTES } from "./chunk_reader.ts";
-import { closeSync, existsSync, openSync, spawn } from "./node_builtins.ts";
+import {
+  closeSync,
+  existsSync,
+  loadSpawnBuiltins,
+  openSync,
+  spawn,
+} from "./node_builtins.ts";
 
 const encoder = new TextEncoder();
 
@@ -393,6 +399,13 @@ export const denoAdapter: RuntimeAdapter = {
   exit: (code) => Deno.exit(code),
   onExit(callback) {
     globalThis.addEventListener("unload", callback);
+  },
+  // A spawn with a fourth descriptor goes through node:child_process: its
+  // first load and its sockets' (about 10 ms) each in a turn of its own.
+  prepareSpawn(request) {
+    return request.extraInput === undefined
+      ? Promise.resolve()
+      : loadSpawnBuiltins();
   },
   pathIdentity(path) {
     // Deno.statSync is about 3.5 times cheaper than node:fs statSync here.

@@ -86,6 +86,14 @@ export interface RuntimeAdapter {
   environment(): Record<string, string>;
   /** Spawns a child with piped stdio, in its own process group. Throws when the program cannot be started. */
   spawn(request: SpawnRequest): ChildHandle;
+  /**
+   * Loads, one part per turn of the event loop, what the first
+   * {@linkcode RuntimeAdapter.spawn} of such a request would load in one
+   * block (Deno: `node:child_process` and its sockets, for a spawn with
+   * `extraInput`); resolves at once when there is nothing to load.
+   * Optional: without it a spawn loads what it needs itself.
+   */
+  prepareSpawn?(request: SpawnRequest): Promise<void>;
   /** The worker side's stdin and stdout. */
   workerStdio(): WorkerStdio;
   /** Writes text to stderr without waiting (worker logs, never stdout). */

@@ -87,7 +87,9 @@ function freshParentReport(
 }
 
 /** The turns a fresh parent's piece of a first start gave the loop. */
-function freshParent(piece: "builtins" | "start-code"): number {
+function freshParent(
+  piece: "builtins" | "start-code" | "prepare-spawn",
+): number {
   return freshParentReport(piece).turns ?? -1;
 }
 
@@ -188,6 +190,16 @@ describe("a worker's first start, in slices", () => {
       ? ["node:fs", "node:path", "node:url", "node:os"]
       : ["node:path", "node:url", "node:os"];
     assert.deepEqual(loaded.filter((id) => refused.includes(id)), []);
+  });
+
+  test("a fresh Deno parent loads what a sandboxed worker's spawn loads, one part per turn, before it", () => {
+    // Deno spawns a worker that reads the native step on descriptor 3
+    // through node:child_process: its first load (node:dns, node:net,
+    // node:child_process) would fall inside the spawn, about 10 ms in one
+    // block. Bun spawns it with its own API: nothing to load.
+    const turns = freshParent("prepare-spawn");
+    if (RUNTIME === "deno") assert.ok(turns >= 2, `${turns} turns`);
+    else assert.ok(turns <= 1, `${turns} turns`);
   });
 
   test("a fresh parent imports the start code in parts, a turn after each", () => {
