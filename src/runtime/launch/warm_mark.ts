@@ -57,10 +57,11 @@ const TICK_MARGIN_MS = 50;
 const UNSETTLED = "unsettled";
 
 /**
- * A source's identity: device, inode, size, modification time (ms) and
- * change time (s: Deno's `node:fs` gives no finer one, and a Bun parent
- * must read a Deno parent's mark alike); `-` when missing, `+` when not a
- * regular file.
+ * A source's identity: device, inode, size and modification time (ms, a
+ * whole number: Deno's and Bun's `node:fs` agree on it); `-` when missing,
+ * `+` when not a regular file. Not the change time: hard links made or
+ * removed change it (`cp -al`, pnpm's store), which would cost a warm-up
+ * for nothing; an edit changes the modification time, a rewrite the inode.
  *
  * @param path An absolute path.
  * @returns The identity, and its modification time (ms) when it is a file.
@@ -70,11 +71,7 @@ function sourceIdentity(path: string): { id: string; mtimeMs?: number } {
     const stat = statSync(path);
     if (!stat.isFile()) return { id: "+" };
     const mtimeMs = Math.floor(stat.mtimeMs);
-    const ctime = Math.floor(stat.ctimeMs / 1000);
-    return {
-      id: `${stat.dev}:${stat.ino}:${stat.size}:${mtimeMs}:${ctime}`,
-      mtimeMs,
-    };
+    return { id: `${stat.dev}:${stat.ino}:${stat.size}:${mtimeMs}`, mtimeMs };
   } catch {
     return { id: "-" };
   }
