@@ -17,7 +17,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "465a47ebfb784b561c5102193dd333fb57a9d70351aa713f412fb886715a4af8",
+  sha256: "f2695087625cfc2345254f5c6f3b55b44bb6b81e3fe1b701cc545022ec8afa2b",
   bun: "1.4.5",
   sources: [
     [
@@ -90,7 +90,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/runtime/deno.ts",
-      "95a168e21aae777191f4dd181fe2a9608e49ab7aa4d4c67dcbadd6d15e0acb38",
+      "908eab25135e700333e633c3d39b0eab1136aea7e5bb972ff0ef86f1c8741630",
     ],
     [
       "src/runtime/detect.ts",
