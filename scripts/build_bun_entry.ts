@@ -108,7 +108,11 @@ export function bunEntryBundleModule(
   );
   return `/**
  * The pre-bundled worker entry of Bun workers (\`${BUN_ENTRY_BUNDLE_FILE}\`),
- * built by scripts/build_bun_entry.ts: generated, do not edit.
+ * built by scripts/build_bun_entry.ts: generated, do not edit. After a
+ * change to any source listed below, rebuild it with
+ * \`node_modules/.bin/deno run -A scripts/build_bun_entry.ts\` and commit
+ * both files: tests/runtime/bun_entry_test.ts fails until then, and Bun
+ * workers run a bundle built per process meanwhile.
  *
  * @module
  */
