@@ -1,8 +1,8 @@
 // deno-lint-ignore-file no-console
 /**
  * A real PostgreSQL server reached through a `net` grant by host and port:
- * the worker's `pg` client connects to 127.0.0.1:PORT through the sandbox's
- * forwarder and the parent's broker, and its native code reaches nothing
+ * the worker's `pg` client connects to 127.0.0.1:PORT through the parent's
+ * native relay, where its broker allows, and its native code reaches nothing
  * else. Starts a throwaway server with scripts/ci/start_postgres.sh (needs
  * Debian's postgresql; bubblewrap for the OS sandbox). Exits 1 if a claim
  * does not hold.

@@ -244,7 +244,7 @@ function targets(view: View): TargetRow[] {
     (v) => `${v.toFixed(2)} µs`,
   );
   both(
-    "net: round trip added by a host:port grant (forwarder + broker), p50",
+    "net: round trip added by a host:port grant (relay + broker), p50",
     "≤ 0.2 ms",
     (rt) =>
       ((view.get("net", rt, "net-forwarded")?.p50 ?? NaN) -

@@ -479,8 +479,7 @@ const cases: Case[] = [
     says: [/needs the confine step/],
   },
   // --- which program confines (issue 23 item 3): the native step, an
-  // execve, wherever bubblewrap makes it and no forwarder is started;
-  // else the runtime step. ---
+  // execve, wherever bubblewrap makes it; else the runtime step. ---
   // In the shared pid namespace the native step also sets the worker's
   // parent-death signal (no setpriv between bubblewrap and the step).
   ...[deno, bun, command].map((runtime): Case => ({
@@ -530,10 +529,11 @@ const cases: Case[] = [
     expect: "confined:landlock+seccomp:step",
   },
   {
-    // A forwarded network: only the runtime step starts its forwarder.
+    // A forwarded network: the native step hands its listening sockets
+    // to the native relay (issue 26).
     request: { runtime: bun, sandbox: "auto", permissions: db },
     facts: native(both),
-    expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432",
+    expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432+native",
   },
   {
     // No step at all (a compiled program): bubblewrap's seccomp, no native step.

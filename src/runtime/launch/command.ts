@@ -57,6 +57,7 @@ import { sandboxWrappers } from "../sandbox/wrappers.ts";
 import { limitsLaunch } from "../sandbox/limits/launch.ts";
 import { SANDBOX_MESSAGES } from "../sandbox/messages.ts";
 import { type NetBroker, startNetBroker } from "../sandbox/net/broker.ts";
+import { netRelay } from "../sandbox/net/relay.ts";
 import { runSteps, runStepsYielding, type Steps } from "../turns.ts";
 import type { NetLayout } from "../sandbox/net/targets.ts";
 
@@ -178,7 +179,12 @@ function* confinement(
   const codeCache = useCodeCache(input, adapter, inner, codeCacheMode);
   yield;
   if (plan.net !== undefined) {
-    inner.network = netBroker(input.label, plan.net, adapter);
+    inner.network = netBroker(
+      input.label,
+      plan.net,
+      adapter,
+      plan.step?.program === "native" ? plan.bwrap : undefined,
+    );
   }
   const wrappers = sandboxWrappers(plan, {
     module: input.label,
@@ -206,7 +212,9 @@ function* confinement(
 
 /**
  * Starts the broker of a worker's forwarded network (closed when the
- * worker is gone, and at the latest when this process exits).
+ * worker is gone, and at the latest when this process exits): with the
+ * native relay (started by `bwrap`) where the native confine step runs,
+ * else with the forwarder the runtime step starts.
  *
  * @throws {PermissionError} when its private directory cannot be had.
  */
@@ -214,10 +222,15 @@ function netBroker(
   module: string,
   layout: NetLayout,
   adapter: RuntimeAdapter,
+  bwrap: string | undefined,
 ): NetBroker {
   let broker: NetBroker;
   try {
-    broker = startNetBroker({ module, layout });
+    broker = startNetBroker({
+      module,
+      layout,
+      ...(bwrap === undefined ? {} : { relay: netRelay(adapter, bwrap) }),
+    });
   } catch (error: unknown) {
     throw new PermissionError(
       SANDBOX_MESSAGES.netBroker(

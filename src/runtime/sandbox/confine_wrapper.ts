@@ -29,7 +29,7 @@ import {
 import { BIND_FD_PLACEHOLDER } from "./bwrap.ts";
 import type { GrantPaths } from "./landlock.ts";
 import type { NetLayout } from "./net/targets.ts";
-import { forwarderCommand } from "./net/sandbox_net.ts";
+import { forwarderCommand, NET_SOCKET_IN_SANDBOX } from "./net/sandbox_net.ts";
 import { NATIVE_CONFINE_PATH, nativeConfineArgv } from "./native_step.ts";
 
 /** Options of {@linkcode landlockWrapper}. */
@@ -71,7 +71,8 @@ export interface LandlockWrapperOptions {
   stepEnv: Readonly<Record<string, string>>;
   /**
    * The worker's forwarded network (`host:port` grants under bubblewrap):
-   * the step starts its forwarder before confining itself.
+   * before confining itself the runtime step starts its forwarder, the
+   * native step hands the network's listening sockets to the native relay.
    *
    * @default {undefined}
    */
@@ -79,8 +80,7 @@ export interface LandlockWrapperOptions {
   /**
    * The native confine step's bytes (`native_step.ts`), when the plan runs
    * it instead of the runtime step: the inner step runs through it, and
-   * the sandbox around makes it at {@linkcode NATIVE_CONFINE_PATH}. Never
-   * with a forwarder.
+   * the sandbox around makes it at {@linkcode NATIVE_CONFINE_PATH}.
    *
    * @default {undefined}
    */
@@ -185,9 +185,14 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
       if (native !== undefined) {
         // No runtime starts: no variables of its own, nothing of it to read.
         const spec = confineSpec({ ...rules, env: {} });
+        const net = options.forwarder === undefined ? undefined : {
+          socket: NET_SOCKET_IN_SANDBOX,
+          listeners: options.forwarder.listeners,
+        };
         return {
           argv: nativeConfineArgv(NATIVE_CONFINE_PATH, spec, {
             pdeathsig: options.parentDeath === true,
+            ...(net === undefined ? {} : { net }),
           }),
           env,
           readOnly: inner.readOnly,

@@ -13,6 +13,7 @@
  * @module
  */
 
+import { addressHex } from "./net/targets.ts";
 import { Buffer } from "../node_builtins.ts";
 import {
   NATIVE_CONFINE_COMPILER as X64_COMPILER,
@@ -83,13 +84,16 @@ export function nativeConfineElf(arch: string): Uint8Array | undefined {
  * The argv of the native step for a spec: each part an item of its own
  * (see `native/confine.c` for the layout), so that no length or separator
  * inside a path can be misread. The forwarder of a forwarded network is
- * the runtime step's alone.
+ * the runtime step's alone; the native step instead makes the network's
+ * listening sockets and hands them to the native relay (`net`).
  *
  * @param program The step's path (inside the sandbox).
  * @param spec The spec, as `confineSpec()` builds it.
  * @param options `pdeathsig`: the step sets the worker's parent-death
  *   signal (SIGKILL) itself, for a parent outside its pid namespace
  *   (bubblewrap around a worker in the shared one): no `setpriv` between.
+ *   `net`: the forwarded network's listeners and the relay's socket (as
+ *   the sandbox shows it), which the step hands over.
  * @returns The argv.
  * @throws {RangeError} when the spec has a forwarder, or an environment
  *   change's name is empty or holds `=`.
@@ -122,7 +126,13 @@ export function nativeConfineElf(arch: string): Uint8Array | undefined {
 export function nativeConfineArgv(
   program: string,
   spec: ConfineSpec,
-  options: { pdeathsig?: boolean } = {},
+  options: {
+    pdeathsig?: boolean;
+    net?: {
+      readonly socket: string;
+      readonly listeners: readonly { address: string; port: number }[];
+    };
+  } = {},
 ): string[] {
   if (spec.forwarder !== undefined) {
     throw new RangeError(
@@ -166,6 +176,21 @@ export function nativeConfineArgv(
       );
     }
     argv.push(value === null ? name : `${name}=${value}`);
+  }
+  const net = options.net;
+  if (net !== undefined) {
+    argv.push("net", net.socket, String(net.listeners.length));
+    for (const listener of net.listeners) {
+      const hex = addressHex(listener.address);
+      if (hex === undefined) {
+        throw new RangeError(
+          `Cannot encode the native confine step: a listener on ${
+            JSON.stringify(listener.address)
+          } is not an address`,
+        );
+      }
+      argv.push(`${hex},${listener.port}`);
+    }
   }
   argv.push("--", ...spec.argv);
   return argv;

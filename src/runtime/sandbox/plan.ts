@@ -114,9 +114,10 @@ export interface PlannedStep {
   /**
    * Which program applies it: `"native"`, airlock's static confine program
    * (an `execve`, no runtime start), where bubblewrap runs around it (it
-   * creates the program from bytes the parent hands it) and no forwarder
-   * is started; else `"runtime"`, `workers/confine.ts` on the runner (it
-   * alone starts a forwarder, and it runs without bubblewrap).
+   * creates the program from bytes the parent hands it; a forwarded
+   * network's listening sockets go to the native relay); else
+   * `"runtime"`, `workers/confine.ts` on the runner (it starts the
+   * JavaScript forwarder, and it runs without bubblewrap).
    */
   readonly program: "native" | "runtime";
 }
@@ -612,9 +613,7 @@ function confinedBy(
 ): SandboxPlan {
   const step: PlannedStep | undefined = found === undefined ? undefined : {
     ...found,
-    program: bwrap !== undefined && net === undefined && nativeStep === true
-      ? "native"
-      : "runtime",
+    program: bwrap !== undefined && nativeStep === true ? "native" : "runtime",
   };
   const backends: SandboxBackend[] = [];
   if (bwrap !== undefined) backends.push("bwrap");

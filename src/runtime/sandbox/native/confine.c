@@ -340,8 +340,25 @@ struct spec {
   char *seccomp;       /* hex, or 0 for none */
   char **changes;      /* NAME=VALUE or NAME */
   u64 change_count;
+  char *net_socket;    /* the relay's socket, or 0: no forwarded network */
+  char **net_items;    /* FAMILY,HEX,PORT per listener */
+  u64 net_count;
   char **command;
 };
+
+/* The optional "net SOCKET N (FAMILY,HEX,PORT){N}" before "--": the listeners to hand over. */
+static void parse_net(struct cursor *in, struct spec *out) {
+  out->net_socket = 0;
+  out->net_count = 0;
+  if (in->next >= in->count || !equal(in->items[in->next], "net")) return;
+  in->next++;
+  out->net_socket = take(in, "no net socket");
+  if (out->net_socket[0] != '/') invalid("the net socket is not an absolute path");
+  out->net_count = number(take(in, "no net listener count"), "the net listener count is not a number");
+  if (out->net_count == 0 || out->net_count > 64 || out->net_count > in->count - in->next) invalid("a net listener count out of range");
+  out->net_items = in->items + in->next;
+  in->next += out->net_count;
+}
 
 static void parse(struct cursor *in, struct spec *out) {
   u64 pair[2];
@@ -384,6 +401,7 @@ static void parse(struct cursor *in, struct spec *out) {
     char *change = take(in, "no change");
     if (change[0] == 0 || change[0] == '=') invalid("a change has no name");
   }
+  parse_net(in, out);
   if (!equal(take(in, "no \"--\" before the command"), "--")) invalid("no \"--\" before the command");
   if (in->next >= in->count) invalid("argv is not a non-empty list of strings");
   out->command = in->items + in->next;
@@ -667,6 +685,8 @@ static void die_with_parent(void) {
   }
 }
 
+#include "relay.c"
+
 /* --probe: what the kernel offers, as the runtime step prints it. */
 static __attribute__((noreturn)) void probe(void) {
   i64 mode = sys(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0);
@@ -683,12 +703,15 @@ __attribute__((noreturn, used)) void confine_main(u64 *stack) {
   char **argv = (char **)(stack + 1);
   char **envp = argv + argc + 1;
   if (argc == 2 && equal(argv[1], "--probe")) probe();
+  if (argc == 2 && equal(argv[1], "--relay")) relay_main();
   struct cursor in = {argv, argc, 1};
   struct spec spec;
   parse(&in, &spec);
   if (spec.pdeathsig) die_with_parent();
   i64 changed = sys(SYS_chdir, spec.cwd, 0, 0, 0);
   if (changed != 0) say("cannot change to the directory "), say_quoted(spec.cwd), fail(changed);
+  /* Before the capabilities go: a granted port below 1024 needs one to listen. */
+  if (spec.net_socket != 0) net_handover(spec.net_socket, spec.net_items, spec.net_count);
   if (sys(SYS_geteuid, 0, 0, 0, 0) == 0) drop_capabilities();
   else clear_capabilities();
   i64 nnp = sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0);

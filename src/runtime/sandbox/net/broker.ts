@@ -33,7 +33,9 @@ import {
   type NetTarget,
   SANDBOX_NSSWITCH,
 } from "./targets.ts";
-import { type Listener, netIo, pump, type Stream } from "./_io.ts";
+import { jsPath } from "./_js_path.ts";
+import { nativePath } from "./_native_path.ts";
+import type { NetRelay } from "./relay.ts";
 
 /** The diagnostics channel of the broker's connections: {@linkcode NetConnectionEvent}. */
 export const NET_CONNECTION_CHANNEL = "airlock:net:connection";
@@ -44,11 +46,11 @@ export const MAX_NET_CONNECTIONS = 256;
 /** How long a connection may take to name its target. */
 export const NET_HEADER_TIMEOUT_MS = 10_000;
 
+/** The longest first line a connection may send (its target). */
+export const MAX_HEADER_BYTES = 512;
+
 /** How long the broker tries to connect to one address of a target. */
 export const NET_CONNECT_TIMEOUT_MS = 10_000;
-
-/** The longest first line a connection may send (its target). */
-const MAX_HEADER_BYTES = 512;
 
 /**
  * The most name lookups the brokers of this process run at once, for all
@@ -147,13 +149,21 @@ export interface NetBrokerOptions {
    * @default {NET_CONNECT_TIMEOUT_MS}
    */
   connectTimeoutMs?: number;
+  /**
+   * The native relay, when the worker's native confine step hands its
+   * listening sockets over to it; otherwise the forwarder in the sandbox
+   * connects to this broker's own socket and the relay is JavaScript.
+   *
+   * @default {undefined}
+   */
+  relay?: NetRelay;
 }
 
 /** A running broker: what the sandbox binds in, and its lifecycle. */
 export interface NetBroker {
-  /** The private directory (mode 0700) holding the socket and the files below. */
+  /** The private directory (mode 0700) holding the files below (and the socket, but for the native relay's). */
   readonly dir: string;
-  /** The unix socket the forwarder connects to. */
+  /** The unix socket the sandbox's forwarder (or native confine step) connects to. */
   readonly socket: string;
   /** The sandbox's `/etc/hosts`. */
   readonly hostsFile: string;
@@ -180,8 +190,49 @@ function defaultLookup(host: string): ReturnType<NetLookup> {
 }
 
 /**
+ * What a broker's data path (the JavaScript relay of `_js_path.ts`, or the
+ * native relay of `_native_path.ts`) needs of its broker: the policy, the
+ * events, the lifecycle. Private to net/.
+ */
+export interface BrokerCore {
+  /** The worker's network. */
+  readonly layout: NetLayout;
+  /** How long to try each address. */
+  readonly connectTimeoutMs: number;
+  /** The granted target a scope names, or `undefined`. */
+  target(scope: string): NetTarget | undefined;
+  /** The addresses a target may be connected to, or why none (bounded in time). */
+  addresses(target: NetTarget): Promise<string[] | { refused: string }>;
+  /** Publishes one connection's event (when anyone listens). */
+  publish(event: Omit<NetConnectionEvent, "pid" | "module">): void;
+  /** Publishes a refusal: nothing was connected. */
+  refuse(
+    started: number,
+    target: string,
+    found: NetTarget | undefined,
+    reason: string,
+    bytesOut?: number,
+  ): void;
+  /** Settles `ready` (once): the sandbox's end listens, or why not. */
+  settleReady(error?: Error): void;
+  /** Whether the broker was closed. */
+  closed(): boolean;
+}
+
+/** A broker's data path, as `startNetBroker` composes it. */
+export interface BrokerPath {
+  /** The unix socket the sandbox binds. */
+  readonly socket: string;
+  /** Settles once that socket is listening. */
+  readonly listening: Promise<void>;
+  /** Stops listening and ends every connection. */
+  close(): void;
+}
+
+/**
  * Starts the broker of one worker: makes its private directory (with the
- * sandbox's hosts and nsswitch files) and listens on its socket there.
+ * sandbox's hosts and nsswitch files) and listens on its socket there, or
+ * registers it with the native relay.
  *
  * @param options The worker's module and network layout.
  * @returns The broker; await `listening` before the worker starts.
@@ -201,6 +252,79 @@ function defaultLookup(host: string): ReturnType<NetLookup> {
  * ```
  */
 export function startNetBroker(options: NetBrokerOptions): NetBroker {
+  const dir = brokerDir(options.layout);
+  let pid: number | undefined;
+  let closed = false;
+  let readySettled = false;
+  let settle!: (error?: Error) => void;
+  const ready = new Promise<void>((resolve, reject) => {
+    settle = (error) => error === undefined ? resolve() : reject(error);
+  });
+  ready.catch(() => {});
+  const core: BrokerCore = {
+    layout: options.layout,
+    connectTimeoutMs: options.connectTimeoutMs ?? NET_CONNECT_TIMEOUT_MS,
+    ...targetPolicy(options),
+    publish(event) {
+      const channel = diagnosticsChannel().channel(NET_CONNECTION_CHANNEL);
+      if (!channel.hasSubscribers) return;
+      channel.publish({ pid, module: options.module, ...event });
+    },
+    refuse(started, target, found, reason, bytesOut = 0) {
+      core.publish({
+        target,
+        host: found?.host,
+        port: found?.port,
+        address: undefined,
+        bytesOut,
+        bytesIn: 0,
+        durationMs: performance.now() - started,
+        refused: reason,
+        error: undefined,
+      });
+    },
+    settleReady(error) {
+      if (readySettled) return;
+      readySettled = true;
+      settle(error);
+    },
+    closed: () => closed,
+  };
+  let path: BrokerPath;
+  try {
+    path = options.relay === undefined
+      ? jsPath(core, join(dir.dir, "broker.sock"))
+      : nativePath(core, options.relay);
+  } catch (error: unknown) {
+    rmSync(dir.dir, { recursive: true, force: true });
+    throw error;
+  }
+  return {
+    ...dir,
+    socket: path.socket,
+    listening: path.listening,
+    ready,
+    setPid(value) {
+      pid = value;
+    },
+    close() {
+      if (closed) return;
+      closed = true;
+      core.settleReady(new Error("the network broker was closed"));
+      path.close();
+      try {
+        rmSync(dir.dir, { recursive: true, force: true });
+      } catch {
+        // Gone already, or left for the temporary directory's cleaner.
+      }
+    },
+  };
+}
+
+/** The broker's private directory (mode 0700) with the sandbox's hosts and nsswitch files. */
+function brokerDir(
+  layout: NetLayout,
+): { dir: string; hostsFile: string; nsswitchFile: string } {
   const dir = mkdtempSync(join(tmpdir(), "airlock-net-"));
   const grant = writableByWorker(dir);
   if (grant !== undefined) {
@@ -209,12 +333,22 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
       `the network broker's directory "${dir}" lies inside "${grant}", where a worker may write and could replace its socket; set TMPDIR to a directory no worker is granted`,
     );
   }
-  const socket = join(dir, "broker.sock");
   const hostsFile = join(dir, "hosts");
   const nsswitchFile = join(dir, "nsswitch.conf");
-  writeFileSync(hostsFile, options.layout.hosts, { mode: 0o644, flag: "wx" });
+  writeFileSync(hostsFile, layout.hosts, { mode: 0o644, flag: "wx" });
   writeFileSync(nsswitchFile, SANDBOX_NSSWITCH, { mode: 0o644, flag: "wx" });
+  return { dir, hostsFile, nsswitchFile };
+}
 
+/**
+ * The policy of one worker's broker: its granted targets by scope, and
+ * their addresses, resolved by the parent (one lookup per name at once,
+ * at most {@linkcode MAX_CONCURRENT_LOOKUPS} in the process, refused past
+ * {@linkcode NET_LOOKUP_TIMEOUT_MS}).
+ */
+function targetPolicy(
+  options: NetBrokerOptions,
+): Pick<BrokerCore, "target" | "addresses"> {
   const targets = new Map<string, NetTarget>(
     options.layout.targets.map((target) => [target.scope, target]),
   );
@@ -232,213 +366,30 @@ export function startNetBroker(options: NetBrokerOptions): NetBroker {
     );
     return found;
   };
-  const connectTimeoutMs = options.connectTimeoutMs ?? NET_CONNECT_TIMEOUT_MS;
-  let pid: number | undefined;
-  let closed = false;
-  let server: Listener | undefined;
-  const open = new Set<Stream>();
-  /** Connections from the sandbox being served (each may have an upstream in `open`). */
-  let clients = 0;
-
-  let readyResolve!: () => void;
-  let readyReject!: (error: Error) => void;
-  let readySettled = false;
-  const ready = new Promise<void>((resolve, reject) => {
-    readyResolve = resolve;
-    readyReject = reject;
-  });
-  ready.catch(() => {});
-  const settleReady = (error?: Error): void => {
-    if (readySettled) return;
-    readySettled = true;
-    if (error === undefined) readyResolve();
-    else readyReject(error);
-  };
-
-  const publish = (event: Omit<NetConnectionEvent, "pid" | "module">) => {
-    const channel = diagnosticsChannel().channel(NET_CONNECTION_CHANNEL);
-    if (!channel.hasSubscribers) return;
-    channel.publish({ pid, module: options.module, ...event });
-  };
-
-  const serve = async (client: Stream): Promise<void> => {
-    const started = performance.now();
-    const refuse = (
-      target: string,
-      found: NetTarget | undefined,
-      reason: string,
-      bytesOut = 0,
-    ): void => {
-      publish({
-        target,
-        host: found?.host,
-        port: found?.port,
-        address: undefined,
-        bytesOut,
-        bytesIn: 0,
-        durationMs: performance.now() - started,
-        refused: reason,
-        error: undefined,
-      });
-    };
-    if (clients > MAX_NET_CONNECTIONS) {
-      return refuse(
-        "",
-        undefined,
-        `more than ${MAX_NET_CONNECTIONS} connections open at once through the broker`,
-      );
-    }
-    const header = await readHeader(client);
-    if (header === undefined) {
-      return refuse(
-        "",
-        undefined,
-        `the connection named no target within ${
-          NET_HEADER_TIMEOUT_MS / 1000
-        } s or sent more than ${MAX_HEADER_BYTES} bytes first`,
-      );
-    }
-    const { line, rest } = header;
-    if (line === "ready") {
-      settleReady();
-      // The control connection stays open while the forwarder lives.
-      try {
-        while ((await client.read()) !== null) {
-          // Nothing more is expected on it.
-        }
-      } catch {
-        // Gone.
-      }
-      return settleReady(new Error("the network forwarder exited"));
-    }
-    if (line.startsWith("error ")) {
-      return settleReady(
-        new Error(`the network forwarder failed: ${line.slice(6)}`),
-      );
-    }
-    const target = targets.get(line);
-    if (target === undefined) {
-      return refuse(
-        line,
-        undefined,
-        `"${line}" is not one of the worker's net grants`,
-      );
-    }
-    let addresses: string[] | { refused: string };
-    let lookupTimer: ReturnType<typeof setTimeout> | undefined;
-    try {
-      addresses = await Promise.race([
-        addressesOf(target, lookup),
-        new Promise<{ refused: string }>((resolve) => {
-          lookupTimer = setTimeout(() =>
-            resolve({
-              refused: `cannot resolve "${target.host}" within ${
-                NET_LOOKUP_TIMEOUT_MS / 1000
-              } s`,
-            }), NET_LOOKUP_TIMEOUT_MS);
-        }),
-      ]);
-    } catch (error: unknown) {
-      addresses = {
-        refused: `cannot resolve "${target.host}": ${
-          error instanceof Error ? error.message : String(error)
-        }`,
-      };
-    } finally {
-      clearTimeout(lookupTimer);
-    }
-    if ("refused" in addresses) {
-      return refuse(target.scope, target, addresses.refused, rest.byteLength);
-    }
-    let last = "";
-    for (const address of addresses) {
-      if (closed) break;
-      let upstream: Stream;
-      try {
-        upstream = await netIo().connectTcp(
-          address,
-          target.port,
-          connectTimeoutMs,
-        );
-      } catch (error: unknown) {
-        last = `${address}: ${
-          error instanceof Error ? error.message : String(error)
-        }`;
-        continue;
-      }
-      open.add(upstream);
-      try {
-        if (closed) break;
-        const counts = { out: rest.byteLength, in: 0 };
-        const error = await relay(client, upstream, rest, counts);
-        publish({
-          target: target.scope,
-          host: target.host,
-          port: target.port,
-          address,
-          bytesOut: counts.out,
-          bytesIn: counts.in,
-          durationMs: performance.now() - started,
-          refused: undefined,
-          error,
-        });
-        return;
-      } finally {
-        upstream.close();
-        open.delete(upstream);
-      }
-    }
-    refuse(
-      target.scope,
-      target,
-      closed
-        ? "the worker went away"
-        : `cannot connect to "${target.scope}": ${last}`,
-      rest.byteLength,
-    );
-  };
-
-  const onStream = (client: Stream): void => {
-    if (closed) {
-      client.close();
-      return;
-    }
-    open.add(client);
-    clients++;
-    serve(client).catch(() => {}).finally(() => {
-      clients--;
-      client.close();
-      open.delete(client);
-    });
-  };
-
-  const listening = netIo().listenUnix(socket, onStream).then((listener) => {
-    server = listener;
-    if (closed) listener.close();
-  });
-  listening.catch(() => {});
-
   return {
-    dir,
-    socket,
-    hostsFile,
-    nsswitchFile,
-    listening,
-    ready,
-    setPid(value) {
-      pid = value;
-    },
-    close() {
-      if (closed) return;
-      closed = true;
-      settleReady(new Error("the network broker was closed"));
-      server?.close();
-      for (const stream of open) stream.close();
-      open.clear();
+    target: (scope) => targets.get(scope),
+    async addresses(target) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
       try {
-        rmSync(dir, { recursive: true, force: true });
-      } catch {
-        // Gone already, or left for the temporary directory's cleaner.
+        return await Promise.race([
+          addressesOf(target, lookup),
+          new Promise<{ refused: string }>((resolve) => {
+            timer = setTimeout(() =>
+              resolve({
+                refused: `cannot resolve "${target.host}" within ${
+                  NET_LOOKUP_TIMEOUT_MS / 1000
+                } s`,
+              }), NET_LOOKUP_TIMEOUT_MS);
+          }),
+        ]);
+      } catch (error: unknown) {
+        return {
+          refused: `cannot resolve "${target.host}": ${
+            error instanceof Error ? error.message : String(error)
+          }`,
+        };
+      } finally {
+        clearTimeout(timer);
       }
     },
   };
@@ -476,70 +427,4 @@ async function addressesOf(
           : found[0]?.address
       }:${target.port}") if it is meant`,
   };
-}
-
-/**
- * Relays both ways (each direction: read, write, wait until the socket took
- * it: backpressure), passing an end on as a half-close, until both
- * directions ended or either failed.
- *
- * @returns The error that ended it, or `undefined`.
- */
-async function relay(
-  client: Stream,
-  upstream: Stream,
-  first: Uint8Array,
-  counts: { out: number; in: number },
-): Promise<string | undefined> {
-  try {
-    if (first.byteLength > 0) await upstream.write(first);
-    await Promise.all([
-      pump(client, upstream, (n) => (counts.out += n)),
-      pump(upstream, client, (n) => (counts.in += n)),
-    ]);
-    return undefined;
-  } catch (error: unknown) {
-    client.close();
-    upstream.close();
-    return error instanceof Error ? error.message : String(error);
-  }
-}
-
-/**
- * Reads the first line of a connection (at most {@linkcode MAX_HEADER_BYTES},
- * within {@linkcode NET_HEADER_TIMEOUT_MS}) and the bytes after it;
- * `undefined` when it ended, failed or ran past either bound first.
- */
-async function readHeader(
-  stream: Stream,
-): Promise<{ line: string; rest: Uint8Array } | undefined> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), NET_HEADER_TIMEOUT_MS);
-  });
-  const reading = (async () => {
-    let all = new Uint8Array(0);
-    while (true) {
-      const chunk = await stream.read();
-      if (chunk === null) return undefined;
-      const joined = new Uint8Array(all.byteLength + chunk.byteLength);
-      joined.set(all);
-      joined.set(chunk, all.byteLength);
-      all = joined;
-      const newline = all.indexOf(10);
-      if (newline > MAX_HEADER_BYTES) return undefined;
-      if (newline >= 0) {
-        return {
-          line: new TextDecoder().decode(all.subarray(0, newline)),
-          rest: all.subarray(newline + 1),
-        };
-      }
-      if (all.byteLength > MAX_HEADER_BYTES) return undefined;
-    }
-  })().catch(() => undefined);
-  try {
-    return await Promise.race([reading, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

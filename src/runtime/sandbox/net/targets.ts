@@ -306,6 +306,35 @@ function ipv4Class(bytes: readonly number[]): AddressClass {
   return "public";
 }
 
+/**
+ * An address's bytes as the native relay reads them: `"4,7f000001"` or
+ * `"6,<32 hex digits>"` (network order), or `undefined` when it is not an
+ * IP address (an IPv6 zone is dropped: a granted name never reaches a
+ * link-local address).
+ *
+ * @param address An IPv4 or IPv6 address.
+ * @returns The encoding.
+ *
+ * @example
+ * ```ts
+ * import { addressHex } from "./targets.ts";
+ * import assert from "node:assert/strict";
+ *
+ * assert.equal(addressHex("127.80.0.1"), "4,7f500001");
+ * assert.equal(addressHex("::1"), "6,00000000000000000000000000000001");
+ * assert.equal(addressHex("db.internal"), undefined);
+ * ```
+ */
+export function addressHex(address: string): string | undefined {
+  const hex = (value: number, digits: number): string =>
+    value.toString(16).padStart(digits, "0");
+  const v4 = ipv4Bytes(address);
+  if (v4 !== undefined) return `4,${v4.map((byte) => hex(byte, 2)).join("")}`;
+  const v6 = ipv6Words(address);
+  if (v6 === undefined) return undefined;
+  return `6,${v6.map((word) => hex(word, 4)).join("")}`;
+}
+
 function ipv4Bytes(address: string): number[] | undefined {
   const match = IPV4.exec(address);
   if (!match) return undefined;
