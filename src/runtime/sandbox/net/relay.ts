@@ -275,7 +275,12 @@ function startRelay(
     },
     linger: undefined,
   };
-  adapter.onExit(() => child.closeStdin());
+  // At this process's exit: the relay ends at end of input (and with its
+  // parent), its directory goes now.
+  adapter.onExit(() => {
+    child.closeStdin();
+    rmSync(dir, { recursive: true, force: true });
+  });
   void readLines(child.stdout, (line) => onLine(relay, line)).finally(() => {
     relayGone(relay);
   });
