@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "f2695087625cfc2345254f5c6f3b55b44bb6b81e3fe1b701cc545022ec8afa2b",
+  sha256: "aeb07c55b6a410cbd42a2e69bd838b2e632df9d3d54b80b2d7a0a869613ab322",
   bun: "1.4.5",
   sources: [
     [
@@ -102,7 +102,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/runtime/node_builtins.ts",
-      "bb82fb05ad89caf9b24ebea638b1d608f93efeb1b1fb4ae557625c8807ed0010",
+      "24d2e6a4a77361d47600c0d9679f06087a2de24dfcdc5fcbbc8e41cb7685c527",
     ],
     [
       "src/runtime/posix_path.ts",

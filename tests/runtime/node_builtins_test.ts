@@ -4,14 +4,22 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { fileURLToPath } from "node:url";
-import { fixture } from "../_helpers/files.ts";
+import { fixture, scratchDir } from "../_helpers/files.ts";
 import { join } from "node:path";
 import {
   availableParallelism,
   Buffer,
   delimiter,
+  fileKind,
   fileURLToPath as lazyFileURLToPath,
   posix,
   process as lazyProcess,
@@ -66,5 +74,45 @@ describe("node built-ins on the import path", () => {
     assert.equal(posix.join("/a", "../b"), "/b");
     assert.equal(Buffer.from([104, 105]).toString("base64"), "aGk=");
     assert.equal(spawnSync("true").status, 0);
+  });
+});
+
+describe("fileKind()", () => {
+  test("fileKind() tells a file, anything else and a missing path apart as node:fs statSync does", () => {
+    using dir = scratchDir("kinds");
+    const at = (name: string): string => join(dir.path, name);
+    writeFileSync(at("file"), "export default {};\n");
+    writeFileSync(at("empty"), "");
+    writeFileSync(at("epoch"), "x");
+    utimesSync(at("epoch"), 0, 0); // mtime 0: a time, not "missing"
+    writeFileSync(at("4096"), "x".repeat(4096)); // a directory's size
+    mkdirSync(at("dir"));
+    symlinkSync(at("file"), at("link-file"));
+    symlinkSync(at("dir"), at("link-dir"));
+    symlinkSync(at("nothing"), at("dangling"));
+    const fifo = spawnSync("mkfifo", [at("fifo")]).status === 0;
+    const paths = [
+      "file",
+      "empty",
+      "epoch",
+      "4096",
+      "dir",
+      "dir/",
+      "link-file",
+      "link-dir",
+      "dangling",
+      "nothing",
+      "file/below",
+      ...(fifo ? ["fifo"] : []),
+    ].map(at);
+    for (const path of [...paths, "/dev/null", "/", "/proc/self/status"]) {
+      let expected: string;
+      try {
+        expected = statSync(path).isFile() ? "file" : "other";
+      } catch {
+        expected = "missing";
+      }
+      assert.equal(fileKind(path), expected, path);
+    }
   });
 });
