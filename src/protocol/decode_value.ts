@@ -662,66 +662,28 @@ function readContainerHeader(
   return readLength(initial & 31, unit);
 }
 
+/** Decodes the item a tag wraps (the tag's own bytes read). */
 function decodeTag(tag: number, depth: number): unknown {
   switch (tag) {
-    case TAG_DATE: {
+    case TAG_DATE:
       spend(DATE_COST);
       return secondsToDate(readNumberItem());
-    }
     case TAG_BIGNUM:
       return readBignum();
     case TAG_NEGATIVE_BIGNUM:
       return -1n - readBignum();
-    case TAG_URL: {
-      const href = readTextItem("the content of a URL (tag 32)");
-      spend(URL_COST + href.length);
-      try {
-        return new (URL_CLASS as typeof URL)(href);
-      } catch {
-        throw malformed("a URL (tag 32) that does not parse");
-      }
-    }
+    case TAG_URL:
+      return readUrl();
     case TAG_REGEXP:
       return readRegExp();
-    case TAG_SET: {
-      const n = readContainerHeader(
-        4,
-        1,
-        "a Set (tag 258) that does not wrap an array",
-      );
-      if (depth > MAX_DEPTH) throw tooDeep();
-      spend(SET_COST + (SLOT_COST + ENTRY_COST) * n);
-      const set = new Set<unknown>();
-      for (let i = 0; i < n; i++) set.add(decodeItem(depth + 1));
-      return set;
-    }
-    case TAG_MAP: {
-      const n = readContainerHeader(
-        5,
-        2,
-        "a Map (tag 259) that does not wrap a map",
-      );
-      if (depth > MAX_DEPTH) throw tooDeep();
-      spend(MAP_COST + (SLOT_COST + ENTRY_COST) * n);
-      const map = new Map<unknown, unknown>();
-      for (let i = 0; i < n; i++) {
-        const key = decodeItem(depth + 1);
-        map.set(key, decodeItem(depth + 1));
-      }
-      return map;
-    }
+    case TAG_SET:
+      return readSet(depth);
+    case TAG_MAP:
+      return readMap(depth);
     case TAG_ATTACHMENT:
       return readAttachment();
-    case TAG_ERROR: {
-      const n = readContainerHeader(
-        5,
-        2,
-        "an error (tag 27001) that does not wrap a map",
-      );
-      if (depth > MAX_DEPTH) throw tooDeep();
-      spend(ERROR_COST + OBJECT_COST + PROPERTY_COST * n);
-      return buildError(readObjectEntries(n, depth));
-    }
+    case TAG_ERROR:
+      return readError(depth);
     case TAG_ARRAY_BUFFER: {
       const bytes = readBinary();
       spend(BUFFER_COST + bytes.byteLength);
@@ -735,37 +697,8 @@ function decodeTag(tag: number, depth: number): unknown {
       spend(VIEW_COST);
       return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     }
-    case TAG_CUSTOM: {
-      const n = readContainerHeader(
-        4,
-        1,
-        "a custom type (tag 27010) that does not wrap [name, data]",
-      );
-      if (n !== 2) {
-        throw malformed("a custom type (tag 27010) that is not [name, data]");
-      }
-      if (depth > MAX_DEPTH) throw tooDeep();
-      spend(CUSTOM_COST);
-      const name = readTextItem("a custom type name");
-      const data = decodeItem(depth + 1);
-      const type = customTypeByName(name);
-      const shown = JSON.stringify(
-        name.length > 60 ? `${name.slice(0, 60)}…` : name,
-      );
-      if (!type) {
-        throw malformed(
-          `a value of custom type ${shown}, which is not registered in this process (call registerType on both sides)`,
-        );
-      }
-      try {
-        return type.decode(data);
-      } catch (error: unknown) {
-        throw new ProtocolError(
-          `Cannot decode value: the decode function of custom type ${shown} threw (at byte ${at})`,
-          { cause: error },
-        );
-      }
-    }
+    case TAG_CUSTOM:
+      return readCustom(depth);
     default: {
       const ctor = TYPED_ARRAY_BY_TAG.get(tag);
       if (ctor !== undefined) return readTypedArray(ctor);
@@ -776,6 +709,93 @@ function decodeTag(tag: number, depth: number): unknown {
       }
       throw malformed(`unknown tag ${tag}`);
     }
+  }
+}
+
+/** Reads the content of a URL (tag 32). */
+function readUrl(): URL {
+  const href = readTextItem("the content of a URL (tag 32)");
+  spend(URL_COST + href.length);
+  try {
+    return new (URL_CLASS as typeof URL)(href);
+  } catch {
+    throw malformed("a URL (tag 32) that does not parse");
+  }
+}
+
+/** Reads the array a Set (tag 258) wraps. */
+function readSet(depth: number): Set<unknown> {
+  const n = readContainerHeader(
+    4,
+    1,
+    "a Set (tag 258) that does not wrap an array",
+  );
+  if (depth > MAX_DEPTH) throw tooDeep();
+  spend(SET_COST + (SLOT_COST + ENTRY_COST) * n);
+  const set = new Set<unknown>();
+  for (let i = 0; i < n; i++) set.add(decodeItem(depth + 1));
+  return set;
+}
+
+/** Reads the map a Map (tag 259) wraps. */
+function readMap(depth: number): Map<unknown, unknown> {
+  const n = readContainerHeader(
+    5,
+    2,
+    "a Map (tag 259) that does not wrap a map",
+  );
+  if (depth > MAX_DEPTH) throw tooDeep();
+  spend(MAP_COST + (SLOT_COST + ENTRY_COST) * n);
+  const map = new Map<unknown, unknown>();
+  for (let i = 0; i < n; i++) {
+    const key = decodeItem(depth + 1);
+    map.set(key, decodeItem(depth + 1));
+  }
+  return map;
+}
+
+/** Reads the map an error (tag 27001) wraps, and builds the error. */
+function readError(depth: number): unknown {
+  const n = readContainerHeader(
+    5,
+    2,
+    "an error (tag 27001) that does not wrap a map",
+  );
+  if (depth > MAX_DEPTH) throw tooDeep();
+  spend(ERROR_COST + OBJECT_COST + PROPERTY_COST * n);
+  return buildError(readObjectEntries(n, depth));
+}
+
+/** Reads a custom type's `[name, data]` (tag 27010) and decodes it. */
+function readCustom(depth: number): unknown {
+  const n = readContainerHeader(
+    4,
+    1,
+    "a custom type (tag 27010) that does not wrap [name, data]",
+  );
+  if (n !== 2) {
+    throw malformed("a custom type (tag 27010) that is not [name, data]");
+  }
+  if (depth > MAX_DEPTH) throw tooDeep();
+  spend(CUSTOM_COST);
+  const name = readTextItem("a custom type name");
+  const data = decodeItem(depth + 1);
+  const type = customTypeByName(name);
+  const shown = JSON.stringify(
+    name.length > 60 ? `${name.slice(0, 60)}…` : name,
+  );
+  if (!type) {
+    throw malformed(
+      `a value of custom type ${shown}, which is not registered in this process (call registerType on both sides)`,
+    );
+  }
+  try {
+    return type.decode(data);
+  } catch (error: unknown) {
+    throw new ProtocolError(
+      `Cannot decode value: the decode function of custom type ${shown} threw (at byte ${at})`,
+      { cause: error },
+    );
   }
 }
 
