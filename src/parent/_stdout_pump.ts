@@ -56,21 +56,34 @@ export class StdoutPump {
   }
 
   /**
-   * Reads until stdout ends.
+   * The next chunk of stdout, or `done` once it ended: the chunk reader's
+   * own promise (the connection's read loop awaits it directly, so that a
+   * stdout failing right after the hello is seen, as before, ahead of the
+   * start's check that the worker is alive).
+   *
+   * @returns The read.
+   */
+  read(): Promise<{ done: boolean; value?: Uint8Array | undefined }> {
+    return this.#reader.read();
+  }
+
+  /**
+   * Hands a chunk to the frame reader: its frames go to the sink.
+   *
+   * @param chunk The chunk read.
+   * @throws {ProtocolError} when the worker broke the protocol.
+   */
+  push(chunk: Uint8Array): void {
+    readingAnswers(() => this.#frames.push(chunk));
+  }
+
+  /**
+   * Stdout ended.
    *
    * @returns What the last frame lost, if stdout ended inside one.
-   * @throws {ProtocolError} when the worker broke the protocol; or what the
-   *   read threw.
    */
-  async run(): Promise<Truncation | undefined> {
-    const reader = this.#reader;
-    const frames = this.#frames;
-    while (true) {
-      const { done, value } = await reader.read();
-      if (done || value === undefined) break;
-      readingAnswers(() => frames.push(value));
-    }
-    return frames.end().truncated;
+  end(): Truncation | undefined {
+    return this.#frames.end().truncated;
   }
 
   /** Stops reading (the process is gone, or broke the protocol). */

@@ -225,10 +225,7 @@ export class Connection {
     return this.#log.tail;
   }
 
-  /**
-   * Whether a call in flight here is a stream that has sent values: it may
-   * hold its slot for long, so nothing should be written ahead behind it.
-   */
+  /** Whether a call in flight streams: nothing should be written ahead behind it. */
   get streaming(): boolean {
     return this.#calls.streaming;
   }
@@ -383,8 +380,14 @@ export class Connection {
   }
 
   async #pumpStdout(): Promise<void> {
+    const stdout = this.#stdout;
     try {
-      this.#truncated = await this.#stdout.run();
+      while (true) {
+        const { done, value } = await stdout.read();
+        if (done || value === undefined) break;
+        stdout.push(value);
+      }
+      this.#truncated = stdout.end();
       this.#log.endStray();
       if (this.#exit === undefined) {
         afterStdoutEnd(
