@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "aeb07c55b6a410cbd42a2e69bd838b2e632df9d3d54b80b2d7a0a869613ab322",
+  sha256: "2f2c0332b295a5267c000b62ca4d54a06d97ead6c664d067d075a0f65bff522c",
   bun: "1.4.5",
   sources: [
     [
@@ -46,7 +46,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/protocol/decode_value.ts",
-      "b5a79c1bb30b69839e899bfac404905156347c55b5e3857ae5b2b436b868f56d",
+      "141598de7baa9ab707221fc13e7c7b68bdabaddda096ec5a1c6a502c432c70a0",
     ],
     [
       "src/protocol/encode_message.ts",
