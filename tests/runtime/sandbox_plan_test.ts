@@ -530,10 +530,12 @@ const cases: Case[] = [
   },
   {
     // A forwarded network: the native step hands its listening sockets
-    // to the native relay (issue 26).
+    // to the native relay (issue 26), and nothing of it runs beside the
+    // worker, so it shares the pid namespace (the step sets pdeathsig).
     request: { runtime: bun, sandbox: "auto", permissions: db },
     facts: native(both),
-    expect: "confined:bwrap,landlock+seccomp:step+net:db.internal:5432+native",
+    expect:
+      "confined:bwrap,landlock+seccomp:step+net:db.internal:5432+native+pdeathsig",
   },
   {
     // No step at all (a compiled program): bubblewrap's seccomp, no native step.
@@ -699,11 +701,18 @@ describe("sandboxPlan()", () => {
         undefined,
       ],
       [
-        "a forwarded network (host:port)",
+        "a forwarded network (host:port) through the runtime step",
         resolvePermissions({ net: ["localhost:5432"] }, "/app"),
         both,
         undefined,
         "own",
+      ],
+      [
+        "a forwarded network (host:port) through the native step",
+        resolvePermissions({ net: ["localhost:5432"] }, "/app"),
+        { ...both, nativeStep: true },
+        undefined,
+        "shared",
       ],
     ];
     for (const [what, permissions, facts, sharePids, expected] of rows) {

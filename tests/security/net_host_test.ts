@@ -15,6 +15,7 @@ import dc from "node:diagnostics_channel";
 import { createServer, type Server } from "node:net";
 import { readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
+import process from "node:process";
 import { oneShot, PermissionError, pool, session } from "../../mod.ts";
 import {
   DIAGNOSTICS_CHANNELS,
@@ -135,6 +136,28 @@ describe("net host:port grants", needs("postgres"), () => {
       assert.equal(event.refused, undefined);
       assert.ok(event.bytesOut > 0 && event.bytesIn > 0);
     });
+
+    test(
+      "workers granted the server share the parent's pid namespace, with distinct pids",
+      needs("landlock"),
+      async () => {
+        // The native step hands its sockets to the relay: nothing of the
+        // network runs beside the worker, so it joins the shared namespace
+        // (LMDB across a pool); the runtime step's forwarder keeps its own.
+        await using a = await granted([`127.0.0.1:${config().port}`]);
+        await using b = await granted([`127.0.0.1:${config().port}`]);
+        const pids = [await a.namespacePid(), await b.namespacePid()];
+        if (process.env.AIRLOCK_RUNTIME_CONFINE_STEP === "1") {
+          assert.deepEqual(pids, [2, 2]);
+        } else {
+          assert.notEqual(pids[0], pids[1]);
+          assert.ok(pids.every((pid) => pid > 2), String(pids));
+        }
+        assert.deepEqual(await a.query(config(), "select 1 as one"), [{
+          one: 1,
+        }]);
+      },
+    );
 
     test("a granted name resolves inside the sandbox with no DNS and reaches the server", async () => {
       await using s = await granted([`localhost:${config().port}`]);

@@ -622,9 +622,11 @@ function confinedBy(
   }
   const pidNamespace = bwrap === undefined
     ? undefined
-    // A forwarded network keeps a namespace of its own: its forwarder
-    // runs beside the worker, outside the worker's Landlock domain.
-    : sharing !== undefined && net === undefined &&
+    // A forwarded network through the runtime step keeps a namespace of
+    // its own: its forwarder runs beside the worker, outside the worker's
+    // Landlock domain. The native step's hands its sockets out instead.
+    : sharing !== undefined &&
+        (net === undefined || step?.program === "native") &&
         sharesPidNamespace(sharing, step)
     ? "shared"
     : "own";
