@@ -25,7 +25,7 @@ import {
 import { DEFAULT_PATH, lookupDenied, runtimeBinary } from "./lookups.ts";
 import { resolveProgram, writableByWorker } from "./executable.ts";
 import { projectRoot, workerMounts } from "../sandbox/mounts.ts";
-import { selfExecCommand } from "./self_exec_command.ts";
+import { BUN_WORKER_FLAGS, selfExecCommand } from "./self_exec_command.ts";
 import type { LaunchStep, WorkerCommandInput } from "./types.ts";
 import type { NetBroker } from "../sandbox/net/broker.ts";
 
@@ -244,8 +244,8 @@ function bunArgv(
   adapter: RuntimeAdapter,
   parentWatchdog: boolean,
 ): { argv: string[]; bundle: string | undefined } {
-  // --no-env-file: Bun would load the project's .env into process.env;
-  // the worker's environment is exactly `env` (and `inheritEnv`).
+  // No .env, no bunfig.toml (BUN_WORKER_FLAGS): the worker's environment
+  // is exactly `env`, and no file of its cwd preloads code.
   const entryPath = fileURLToPath(entry);
   let bundle = bunEntryBundle(
     binary,
@@ -264,10 +264,10 @@ function bunArgv(
   }
   // The loader checks the bundle's bytes against the hash and runs them.
   const argv = bundle === undefined
-    ? [binary, "--no-env-file", entryPath, moduleUrl.href]
+    ? [binary, ...BUN_WORKER_FLAGS, entryPath, moduleUrl.href]
     : [
       binary,
-      "--no-env-file",
+      ...BUN_WORKER_FLAGS,
       fileURLToPath(bunLoaderUrl(entry)),
       bundle.file,
       bundle.sha256,

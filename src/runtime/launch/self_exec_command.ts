@@ -32,6 +32,19 @@ import { completeDenoEnv, denoRunArgv } from "./deno_command.ts";
 import { workerMounts } from "../sandbox/mounts.ts";
 import type { WorkerCommandInput } from "./types.ts";
 
+/**
+ * The flags every Bun worker starts with, before its program: no `.env`
+ * file (the environment is exactly `env`), and no `bunfig.toml`: Bun reads
+ * the one in its working directory and runs its `preload` (resolved against
+ * that directory) before the worker's entry, so a worker granted write on a
+ * directory that is a later worker's `cwd` would have that worker run its
+ * code with the later worker's grants.
+ */
+export const BUN_WORKER_FLAGS: readonly string[] = [
+  "--no-env-file",
+  "--config=/dev/null",
+];
+
 /** A self-exec command, before wrapping. */
 export interface SelfExecCommand {
   /** The argv. */
@@ -162,9 +175,10 @@ export function selfExecCommand(
   }
   const mainPath = bunMain();
   const readOnly = codeMounts(input, entry, parentEnv, [mainPath, modulePath]);
-  // --no-env-file: the environment is exactly `env`, never the project's .env.
+  // The environment is exactly `env`, never the project's .env, and no
+  // bunfig.toml of the cwd preloads code (see BUN_WORKER_FLAGS).
   return {
-    argv: [binary, "--no-env-file", mainPath],
+    argv: [binary, ...BUN_WORKER_FLAGS, mainPath],
     binary,
     mode,
     compiledDeno,
