@@ -77,6 +77,12 @@ elif mode == "flood":
     for i in range(300):
         c = socket.create_connection(("127.0.0.1", port)); cs.append(c)
     print("opened", len(cs), flush=True); sys.stdin.read()
+elif mode == "later":
+    print("waiting", flush=True); sys.stdin.readline()
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).recv(1); print("later connected", flush=True)
+    except OSError as e:
+        print("later refused", e.errno, flush=True)
 elif mode == "stall":
     c = socket.socket(); c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     c.connect(("127.0.0.1", port)); print("stalled", flush=True); sys.stdin.read()
@@ -123,6 +129,9 @@ function sandbox(socket: string, mode: string, port: number) {
   return {
     lines,
     exited,
+    say(line: string) {
+      child.stdin.write(`${line}\n`);
+    },
     stop() {
       child.stdin.end();
       child.kill("SIGKILL");
@@ -299,6 +308,43 @@ describe(
         await side.stop();
         net.close();
         for (const socket of sockets) socket.destroy();
+        await new Promise((resolve) => server.close(resolve));
+      }
+    });
+
+    test("a relay that dies fails its workers closed, and the next worker gets a new one", async () => {
+      const server = createServer((socket) => {
+        socket.on("error", () => {});
+        socket.pipe(socket);
+      });
+      const port = await listen(server);
+      const first = broker(port);
+      await within(first.listening, 30_000, "the relay listens");
+      const side = sandbox(first.socket, "later", port);
+      let second: ReturnType<typeof broker> | undefined;
+      try {
+        await within(first.ready, 30_000, "the handover");
+        await until(() => side.lines.includes("waiting"), 30_000, "the client");
+        const dead = relayPid();
+        assert.ok(dead !== undefined, "the relay runs");
+        process.kill(dead, "SIGKILL");
+        await until(() => relayPid() === undefined, 30_000, "the relay gone");
+        // Its listening sockets went with it: the sandbox's connection is
+        // refused, not carried anywhere.
+        side.say("go");
+        await until(
+          () => side.lines.some((l) => l.startsWith("later")),
+          30_000,
+          "the late connection",
+        );
+        assert.match(side.lines.at(-1) ?? "", /^later refused 111$/);
+        second = broker(port);
+        await within(second.listening, 30_000, "a new relay listens");
+        assert.notEqual(relayPid(), dead);
+      } finally {
+        await side.stop();
+        first.close();
+        second?.close();
         await new Promise((resolve) => server.close(resolve));
       }
     });

@@ -144,8 +144,9 @@ export type SandboxPlan =
     readonly seccomp: "step" | "bwrap";
     /**
      * The forwarded network of `host:port` grants under bubblewrap (a
-     * network namespace of its own, the parent's broker, the forwarder the
-     * confine step starts), or `undefined`: no `net` scope (loopback only),
+     * network namespace of its own, the parent's broker, and the native
+     * relay the native step hands its listening sockets to, or the
+     * forwarder the runtime step starts), or `undefined`: no `net` scope (loopback only),
      * `net: true` (the host's network), or a weaker hold accepted with
      * `enforce: "best-effort"`.
      */
@@ -516,9 +517,10 @@ function sandboxed(
 /**
  * How a confined worker's `host:port` grants are held: forwarded where
  * bubblewrap and the confine step both run and the step applies Landlock
- * (the forwarder runs outside the worker's seccomp filter, so only
- * Landlock's ptrace and signal scoping keep the worker from taking it
- * over through `/proc/<pid>/mem`) (each granted target, and
+ * (the runtime step's forwarder runs outside the worker's seccomp filter,
+ * so only Landlock's ptrace and signal scoping keep the worker from taking
+ * it over through `/proc/<pid>/mem`; the native step's path has no such
+ * process, but the rule is one for both) (each granted target, and
  * nothing else, for every process of the worker); elsewhere a strict
  * worker is refused (Landlock alone holds TCP by port on any host; a scope
  * without a port, a wildcard or an address outside loopback cannot be
