@@ -399,6 +399,11 @@ describe(
           )?.[1],
         );
         assert.ok(rss < 16 * 1024, `the relay holds ${rss} KiB`);
+        // Its own seccomp filter: no open, no exec, sockets of three families.
+        assert.match(
+          readFileSync(`/proc/${relay}/status`, "utf8"),
+          /^Seccomp:\s+2$/m,
+        );
       } finally {
         await side.stop();
         net.close();

@@ -703,6 +703,75 @@ static void read_commands(void) {
   }
 }
 
+struct relay_filter {
+  u16 code;
+  u8 jt, jf;
+  u32 k;
+};
+
+#define BPF_LD_W_ABS 0x20
+#define BPF_JEQ_K 0x15
+#define BPF_JGE_K 0x35
+#define BPF_RET_K 0x06
+#define RET_ALLOW 0x7fff0000U
+#define RET_KILL 0x80000000U
+#define RET_ERRNO(e) (0x00050000U | (e))
+#if defined(__x86_64__)
+#define RELAY_ARCH 0xc000003eU
+#else
+#define RELAY_ARCH 0xc00000b7U
+#endif
+#define SYS_exit_thread_x86 60
+#define SYS_exit_thread_arm 93
+
+/*
+ * The relay's own seccomp filter, installed before it reads a line: the
+ * system calls its loop makes and nothing else (no open, no exec, no
+ * mmap); sockets only of the unix, IPv4 and IPv6 families. Anything else
+ * kills it (its workers then fail closed, and the next start makes
+ * another).
+ */
+static void relay_filter(void) {
+  static const u32 allowed[] = {
+    SYS_read, SYS_write, SYS_close, SYS_connect, SYS_recvmsg, SYS_shutdown, SYS_bind,
+    SYS_listen, SYS_getsockname, SYS_setsockopt, SYS_getsockopt, SYS_fcntl, SYS_epoll_ctl,
+    SYS_epoll_pwait, SYS_unlinkat, SYS_splice, SYS_accept4, SYS_pipe2, SYS_exit_group,
+#if defined(__x86_64__)
+    SYS_exit_thread_x86,
+#else
+    SYS_exit_thread_arm,
+#endif
+  };
+  enum { COUNT = sizeof(allowed) / sizeof(allowed[0]) };
+  static struct relay_filter program[8 + 2 * COUNT + 6];
+  u64 at = 0;
+  program[at++] = (struct relay_filter){BPF_LD_W_ABS, 0, 0, 4}; /* arch */
+  program[at++] = (struct relay_filter){BPF_JEQ_K, 1, 0, RELAY_ARCH};
+  program[at++] = (struct relay_filter){BPF_RET_K, 0, 0, RET_KILL};
+  program[at++] = (struct relay_filter){BPF_LD_W_ABS, 0, 0, 0}; /* nr */
+#if defined(__x86_64__)
+  program[at++] = (struct relay_filter){BPF_JGE_K, 0, 1, 0x40000000U}; /* x32 */
+  program[at++] = (struct relay_filter){BPF_RET_K, 0, 0, RET_KILL};
+#endif
+  for (u64 index = 0; index < COUNT; index++) {
+    program[at++] = (struct relay_filter){BPF_JEQ_K, 0, 1, allowed[index]};
+    program[at++] = (struct relay_filter){BPF_RET_K, 0, 0, RET_ALLOW};
+  }
+  program[at++] = (struct relay_filter){BPF_JEQ_K, 1, 0, SYS_socket};
+  program[at++] = (struct relay_filter){BPF_RET_K, 0, 0, RET_KILL};
+  program[at++] = (struct relay_filter){BPF_LD_W_ABS, 0, 0, 16}; /* args[0], low half */
+  program[at++] = (struct relay_filter){BPF_JEQ_K, 2, 0, AF_UNIX};
+  program[at++] = (struct relay_filter){BPF_JEQ_K, 1, 0, AF_INET};
+  program[at++] = (struct relay_filter){BPF_JEQ_K, 0, 1, AF_INET6};
+  program[at++] = (struct relay_filter){BPF_RET_K, 0, 0, RET_ALLOW};
+  program[at++] = (struct relay_filter){BPF_RET_K, 0, 0, RET_ERRNO(97)}; /* EAFNOSUPPORT */
+  struct sock_fprog fprog = {(u16)at, program};
+  i64 nnp = sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0);
+  if (nnp != 0) say("cannot set no-new-privileges"), fail(nnp);
+  i64 result = sys(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0);
+  if (result != 0) say("cannot install the relay's seccomp filter"), fail(result);
+}
+
 static __attribute__((noreturn)) void relay_main(void) {
   u64 ignore[4] = {SIG_IGN, 0, 0, 0};
   sys(SYS_rt_sigaction, SIGPIPE, ignore, 0, 8);
@@ -719,6 +788,7 @@ static __attribute__((noreturn)) void relay_main(void) {
   if (epoll < 0) say("cannot make an epoll instance"), fail(epoll);
   relay_epoll = (int)epoll;
   watch(0, EPOLLIN, KIND_INPUT, 0);
+  relay_filter();
   struct epoll_event events[64];
   for (;;) {
     i64 n = sys6(SYS_epoll_pwait, relay_epoll, (u64)events, 64, (u64)-1, 0, 8);
