@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "2f2c0332b295a5267c000b62ca4d54a06d97ead6c664d067d075a0f65bff522c",
+  sha256: "7db2c9151fc0509df164cec0e5ba1fdb872d17a545a3aa031248380a209f8ed8",
   bun: "1.4.5",
   sources: [
     [
@@ -94,7 +94,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/runtime/deno.ts",
-      "908eab25135e700333e633c3d39b0eab1136aea7e5bb972ff0ef86f1c8741630",
+      "9a2075fb30ba6fa056c53e45404cab34be6d8f3eab1ba936fe1384e4dfafead8",
     ],
     [
       "src/runtime/detect.ts",

@@ -21,8 +21,22 @@ import {
   openSync,
   spawn,
 } from "./node_builtins.ts";
+import { nextTurn } from "./turns.ts";
 
 const encoder = new TextEncoder();
+
+/** Whether {@linkcode loadCommand} loaded `Deno.Command`. */
+let commandLoaded = false;
+
+/**
+ * Loads `Deno.Command` (a lazy getter: its first read loads Deno's process
+ * module), then gives the event loop a turn.
+ */
+async function loadCommand(): Promise<void> {
+  if (commandLoaded) return;
+  commandLoaded = typeof Deno.Command === "function";
+  await nextTurn();
+}
 
 function spawnDeno(request: SpawnRequest): ChildHandle {
   const [program, ...args] = request.argv;
@@ -402,9 +416,11 @@ export const denoAdapter: RuntimeAdapter = {
   },
   // A spawn with a fourth descriptor goes through node:child_process: its
   // first load and its sockets' (about 10 ms) each in a turn of its own.
+  // Any other goes through Deno.Command, whose first use loads Deno's
+  // process module (10 to 30 ms): in a turn before the spawn's.
   prepareSpawn(request) {
     return request.extraInput === undefined
-      ? Promise.resolve()
+      ? loadCommand()
       : loadSpawnBuiltins();
   },
   pathIdentity(path) {

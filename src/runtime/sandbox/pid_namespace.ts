@@ -31,7 +31,7 @@
  */
 
 import { WorkerStartError } from "../../errors.ts";
-import type { ChildHandle, RuntimeAdapter } from "../types.ts";
+import type { ChildHandle, RuntimeAdapter, SpawnRequest } from "../types.ts";
 import type { LaunchStep, WrappedStep, Wrapper } from "../launch/types.ts";
 import { LIBRARY_PATHS } from "./bwrap.ts";
 
@@ -259,8 +259,15 @@ export async function acquirePidNamespace(
 ): Promise<PidNamespaceLease> {
   let holder = current;
   if (holder === undefined || holder.gone) {
-    holder = startHolder(adapter, tools, module);
-    current = holder;
+    const request = { argv: holderArgv(tools), env: {}, cwd: "/" };
+    // What its spawn would load in one block, a turn at a time; another
+    // start may have made the holder meanwhile.
+    await adapter.prepareSpawn?.(request);
+    holder = current;
+    if (holder === undefined || holder.gone) {
+      holder = startHolder(adapter, request, module);
+      current = holder;
+    }
   }
   const taken = holder;
   taken.refs++;
@@ -302,7 +309,7 @@ function stopHolder(holder: Holder): void {
 
 function startHolder(
   adapter: RuntimeAdapter,
-  tools: PidNamespaceTools,
+  request: SpawnRequest,
   module: string,
 ): Holder {
   const fail = (detail: string, cause?: unknown): WorkerStartError =>
@@ -315,7 +322,7 @@ function startHolder(
     });
   let child: ChildHandle;
   try {
-    child = adapter.spawn({ argv: holderArgv(tools), env: {}, cwd: "/" });
+    child = adapter.spawn(request);
   } catch (error: unknown) {
     const holder: Holder = {
       child: undefined as unknown as ChildHandle,
