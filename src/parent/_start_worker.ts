@@ -229,6 +229,204 @@ function joinedPidNamespace(
 }
 
 /**
+ * The first start's command: the built-ins the start uses, the host facts,
+ * the build, and the code cache's warm-up (a start that could not warm up
+ * within `startTimeoutMs` fails: the worker would not be ready either).
+ *
+ * @throws {WorkerTimeoutError} when the warm-up did not finish in time.
+ */
+async function firstCommand(
+  options: ResolvedWorkerOptions,
+  adapter: RuntimeAdapter,
+  since: number,
+  signal: AbortSignal | undefined,
+): Promise<WorkerCommand> {
+  // The start never holds the event loop long, the first of the process
+  // included: the built-ins it uses load one per turn, the sandbox's probes
+  // (processes) run asynchronously, and the build reads their cached
+  // answers in slices.
+  await loadStartBuiltins();
+  await prefetchHostFacts(options, adapter);
+  const first = await buildWorkerCommandYielding(options, adapter);
+  await nextTurn();
+  const warmed = await warmUpCodeCache(
+    options,
+    adapter,
+    first,
+    options.startTimeoutMs,
+    signal,
+  ).catch((error: unknown) => {
+    first.limits?.release();
+    first.network?.close();
+    throw error;
+  });
+  if (!warmed) {
+    first.limits?.release();
+    first.network?.close();
+    // A module that hangs at import (or a machine too loaded): the worker
+    // would not be ready either.
+    throw new WorkerTimeoutError({
+      module: options.label,
+      pid: undefined,
+      timeoutMs: options.startTimeoutMs,
+      elapsedMs: Date.now() - since,
+      phase: "start",
+    });
+  }
+  return first;
+}
+
+/** A command ready to spawn (or a worker its transport started). */
+interface Launched {
+  /** The command, bound to its pid namespace. */
+  command: WorkerCommand;
+  /** The pid namespace it joins, held until it exits. */
+  lease: PidNamespaceLease | undefined;
+  /** The worker its launcher's transport started, if any. */
+  child: ChildHandle | undefined;
+  /** When the transport was asked. */
+  began: number;
+}
+
+/**
+ * One attempt's launch up to the spawn: the pid namespace, a launcher's
+ * transport, the network broker's socket.
+ *
+ * @returns What to start, or `{ retry }` with the error of a failure a
+ *   next attempt may not repeat.
+ * @throws {WorkerTimeoutError} when a transport did not start in time.
+ * @throws {WorkerStartError} when a transport failed for good, or the
+ *   network broker cannot listen.
+ */
+async function launchOnce(
+  built: WorkerCommand,
+  options: ResolvedWorkerOptions,
+  adapter: RuntimeAdapter,
+): Promise<Launched | { retry: unknown }> {
+  let lease: PidNamespaceLease | undefined;
+  try {
+    lease = await joinedPidNamespace(built, adapter);
+  } catch (error: unknown) {
+    built.limits?.release();
+    built.network?.close();
+    return { retry: error };
+  }
+  const command = lease === undefined ? built : {
+    ...built,
+    spawn: {
+      ...built.spawn,
+      argv: bindPidNamespace(built.spawn.argv, lease.holderPid),
+    },
+  };
+  // What the spawn would load in one block, a turn at a time.
+  await adapter.prepareSpawn?.(command.spawn);
+  const began = Date.now();
+  let child: ChildHandle | undefined;
+  if (command.transport !== undefined) {
+    // A launcher: its transport starts the worker elsewhere.
+    const opened = await openTransport(
+      command.transport,
+      { ...command.spawn, module: command.module },
+      options.startTimeoutMs,
+    );
+    if (!("child" in opened)) {
+      command.limits?.release();
+      command.network?.close();
+      lease?.release();
+      if ("timedOut" in opened) {
+        throw new WorkerTimeoutError({
+          module: options.label,
+          pid: undefined,
+          timeoutMs: options.startTimeoutMs,
+          elapsedMs: Date.now() - began,
+          phase: "start",
+        });
+      }
+      if (!opened.retry) throw opened.error;
+      return { retry: opened.error };
+    }
+    child = opened.child;
+  }
+  const network = command.network;
+  if (network !== undefined) {
+    try {
+      await network.listening;
+    } catch (error: unknown) {
+      network.close();
+      lease?.release();
+      throw new WorkerStartError({
+        module: options.label,
+        failure: "spawn",
+        detail: `cannot listen on the network broker's socket: ${
+          error instanceof Error ? error.message : String(error)
+        }`,
+        cause: error,
+      });
+    }
+  }
+  return { command, lease, child, began };
+}
+
+/**
+ * Waits for a started worker to be ready for calls: its hello, its network
+ * forwarder, its `setup` calls.
+ *
+ * @throws {WorkerStartError} when it fails first, or was stopped right
+ *   after its hello.
+ */
+async function whenReady(
+  conn: Connection,
+  options: ResolvedWorkerOptions,
+  network: NetBroker | undefined,
+  since: number,
+): Promise<void> {
+  await conn.ready;
+  if (network !== undefined) {
+    network.setPid(conn.pid);
+    await forwarderReady(network, conn, options, since);
+  }
+  await runSetup(conn, options, conn.startedAt);
+  if (conn.alive) return;
+  // It said hello and was stopped before it could take a call (a protocol
+  // error right behind the hello, a stdout that cannot be read): a failed
+  // start, retried up to maxRetries. Handed over, it would be restarted for
+  // the queued calls, which it never takes, again and again, and they would
+  // never settle.
+  const exit = await conn.closed;
+  throw new WorkerStartError({
+    module: options.label,
+    failure: "handshake",
+    pid: conn.pid,
+    exitCode: exit.code,
+    signal: exit.signal,
+    detail: `it was stopped right after its hello, before it took a call${
+      exit.reason === undefined ? "" : ` (${exit.reason})`
+    }`,
+    stderrTail: exit.stderrTail,
+    ...(exit.protocolError === undefined ? {} : { cause: exit.protocolError }),
+  });
+}
+
+/** What a start that failed every attempt throws. */
+function afterLastAttempt(
+  options: ResolvedWorkerOptions,
+  attempts: number,
+  lastError: unknown,
+): unknown {
+  if (attempts === 1) return lastError;
+  const last = lastError instanceof Error
+    ? lastError.message
+    : String(lastError);
+  return new WorkerStartError({
+    module: options.label,
+    failure: "retries",
+    detail:
+      `it failed to start ${attempts} times in a row (maxRetries ${options.maxRetries}); last failure: ${last}`,
+    cause: lastError,
+  });
+}
+
+/**
  * The start behind `launchWorker` (_launch.ts, which documents it).
  *
  * @param options The resolved options.
@@ -248,109 +446,24 @@ export async function startWorker(
   let lastError: unknown;
   const attempts = options.maxRetries + 1;
   const since = Date.now();
-  // The start never holds the event loop long, the first of the process
-  // included: the built-ins it uses load one per turn, the sandbox's probes
-  // (processes) run asynchronously, and the build reads their cached
-  // answers in slices.
-  await loadStartBuiltins();
-  await prefetchHostFacts(options, adapter);
-  let first: WorkerCommand | undefined = await buildWorkerCommandYielding(
+  let first: WorkerCommand | undefined = await firstCommand(
     options,
     adapter,
-  );
-  await nextTurn();
-  const warmed = await warmUpCodeCache(
-    options,
-    adapter,
-    first,
-    options.startTimeoutMs,
+    since,
     signal,
-  ).catch((error: unknown) => {
-    first?.limits?.release();
-    first?.network?.close();
-    throw error;
-  });
-  if (!warmed) {
-    first.limits?.release();
-    first.network?.close();
-    // A module that hangs at import (or a machine too loaded): the worker
-    // would not be ready either.
-    throw new WorkerTimeoutError({
-      module: options.label,
-      pid: undefined,
-      timeoutMs: options.startTimeoutMs,
-      elapsedMs: Date.now() - since,
-      phase: "start",
-    });
-  }
+  );
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
     const built = first ?? await buildWorkerCommandYielding(options, adapter);
     first = undefined;
-    let lease: PidNamespaceLease | undefined;
-    try {
-      lease = await joinedPidNamespace(built, adapter);
-    } catch (error: unknown) {
-      built.limits?.release();
-      built.network?.close();
-      lastError = error;
+    const launched = await launchOnce(built, options, adapter);
+    if ("retry" in launched) {
+      lastError = launched.retry;
       continue;
     }
-    const command = lease === undefined ? built : {
-      ...built,
-      spawn: {
-        ...built.spawn,
-        argv: bindPidNamespace(built.spawn.argv, lease.holderPid),
-      },
-    };
-    // What the spawn would load in one block, a turn at a time.
-    await adapter.prepareSpawn?.(command.spawn);
-    const began = Date.now();
-    let child: ChildHandle | undefined;
-    if (command.transport !== undefined) {
-      // A launcher: its transport starts the worker elsewhere.
-      const opened = await openTransport(
-        command.transport,
-        { ...command.spawn, module: command.module },
-        options.startTimeoutMs,
-      );
-      if (!("child" in opened)) {
-        command.limits?.release();
-        command.network?.close();
-        lease?.release();
-        if ("timedOut" in opened) {
-          throw new WorkerTimeoutError({
-            module: options.label,
-            pid: undefined,
-            timeoutMs: options.startTimeoutMs,
-            elapsedMs: Date.now() - began,
-            phase: "start",
-          });
-        }
-        if (!opened.retry) throw opened.error;
-        lastError = opened.error;
-        continue;
-      }
-      child = opened.child;
-    }
+    const { command, lease, child, began } = launched;
     const network = command.network;
-    if (network !== undefined) {
-      try {
-        await network.listening;
-      } catch (error: unknown) {
-        network.close();
-        lease?.release();
-        throw new WorkerStartError({
-          module: options.label,
-          failure: "spawn",
-          detail: `cannot listen on the network broker's socket: ${
-            error instanceof Error ? error.message : String(error)
-          }`,
-          cause: error,
-        });
-      }
-    }
     // The build and the spawn (each some ms on a loaded machine) in turns
     // of their own.
     if (child === undefined) await nextTurn();
@@ -376,34 +489,7 @@ export async function startWorker(
       conn.closed.then(() => network.close(), () => network.close());
     }
     try {
-      await conn.ready;
-      if (network !== undefined) {
-        network.setPid(conn.pid);
-        await forwarderReady(network, conn, options, since);
-      }
-      await runSetup(conn, options, conn.startedAt);
-      if (!conn.alive) {
-        // It said hello and was stopped before it could take a call (a
-        // protocol error right behind the hello, a stdout that cannot be
-        // read): a failed start, retried up to maxRetries. Handed over, it
-        // would be restarted for the queued calls, which it never takes,
-        // again and again, and they would never settle.
-        const exit = await conn.closed;
-        throw new WorkerStartError({
-          module: options.label,
-          failure: "handshake",
-          pid: conn.pid,
-          exitCode: exit.code,
-          signal: exit.signal,
-          detail: `it was stopped right after its hello, before it took a call${
-            exit.reason === undefined ? "" : ` (${exit.reason})`
-          }`,
-          stderrTail: exit.stderrTail,
-          ...(exit.protocolError === undefined
-            ? {}
-            : { cause: exit.protocolError }),
-        });
-      }
+      await whenReady(conn, options, network, since);
       routed.route(events);
       published(conn, options.label, mode);
       return conn;
@@ -418,15 +504,5 @@ export async function startWorker(
       if (isFinal(lastError)) throw lastError;
     }
   }
-  if (attempts === 1) throw lastError;
-  const last = lastError instanceof Error
-    ? lastError.message
-    : String(lastError);
-  throw new WorkerStartError({
-    module: options.label,
-    failure: "retries",
-    detail:
-      `it failed to start ${attempts} times in a row (maxRetries ${options.maxRetries}); last failure: ${last}`,
-    cause: lastError,
-  });
+  throw afterLastAttempt(options, attempts, lastError);
 }
