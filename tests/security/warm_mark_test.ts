@@ -3,7 +3,9 @@
 // write (a link, writable by others, another user's, in a cache directory
 // others may write) is not read, a malformed one is not current, and a mark
 // planted beside code planted in the cache makes no worker run that code
-// (Deno checks its cached code against the source and the emit's hash).
+// (Deno checks its cached code against the source and the emit's hash, which
+// catches damage, not a writer who makes the hashes match: what keeps a
+// writer out is that no worker may write the cache, cache_poisoning_test).
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";

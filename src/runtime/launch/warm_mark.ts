@@ -4,10 +4,12 @@
  * (launch/warm_up.ts), it records the identity of every local source the
  * warm-up compiled, so that a later process skips the warm-up start while
  * none of them changed (issue 23 item 2). It decides only whether a warm-up
- * runs: a wrong mark costs speed, never confinement (Deno checks every
- * cached module against its source and emit hashes), and it is read only
- * when the cache directory and the mark are this user's, writable by no one
- * else and no link.
+ * runs: a wrong mark costs speed, never confinement (without a warm-up a
+ * worker compiles in memory what does not match its cache; what keeps
+ * planted code out of the cache is that no worker may write it: Deno's
+ * source and emit hashes are no check against a writer, who can compute
+ * them), and it is read only when the cache directory and the mark are
+ * this user's, writable by no one else and no link.
  *
  * @module
  */
@@ -18,10 +20,10 @@ import {
   lstatSync,
   process,
   readdirSync,
-  readFileSync,
   statSync,
 } from "../node_builtins.ts";
 import { replaceFile } from "./code_cache.ts";
+import { readPrivateFile } from "../private_file.ts";
 
 /** The file the parent writes into a cache once its warm-up has run. */
 export const WARM_MARK = "airlock-warmed";
@@ -176,12 +178,16 @@ export function warmMarkCurrent(
   dir: string,
   sources: readonly string[],
 ): boolean {
-  const mark = join(dir, WARM_MARK);
-  if (!ownPrivate(dir, true) || !ownPrivate(mark, false)) return false;
+  const uid = euid();
+  if (uid === undefined || !ownPrivate(dir, true)) return false;
+  // Opened once, no link followed, checked and read through that
+  // descriptor: a mark swapped for a FIFO or a link to /dev/zero after a
+  // check by path would hold or fill the parent.
+  const text = readPrivateFile(join(dir, WARM_MARK), MAX_MARK_BYTES, uid);
+  if (text === undefined) return false;
   let files: unknown;
   try {
-    if (lstatSync(mark).size > MAX_MARK_BYTES) return false;
-    const parsed = JSON.parse(readFileSync(mark, "utf8")) as {
+    const parsed = JSON.parse(text) as {
       version?: unknown;
       files?: unknown;
     };

@@ -45,6 +45,7 @@ import {
   writeFileSync,
 } from "../node_builtins.ts";
 import { writableByWorker } from "../launch/executable.ts";
+import { readPrivateFile } from "../private_file.ts";
 import type { Steps } from "../turns.ts";
 
 /** The lowest Landlock ABI a kept answer may claim: the highest airlock's rules use (scopes). */
@@ -55,6 +56,9 @@ const FILE = "probes-v1.json";
 
 /** At most this many answers are kept (the most recent). */
 const MAX_ENTRIES = 32;
+
+/** A file longer than this is not read (32 answers take ~10 KB). */
+const MAX_FILE_BYTES = 1024 * 1024;
 
 /** What a probe ran: its argv, environment and working directory. */
 export interface ProbeIdentity {
@@ -206,12 +210,14 @@ function cacheDir(create: boolean): string | undefined {
 function readAll(dir: string): Record<string, unknown> {
   const uid = euid();
   const file = join(dir, FILE);
+  if (uid === undefined) return {};
+  // Opened once, no link followed, checked and read through that
+  // descriptor (a file swapped after a check by path could be a FIFO, or
+  // a link to /dev/zero), and bounded.
+  const text = readPrivateFile(file, MAX_FILE_BYTES, uid);
+  if (text === undefined) return {};
   try {
-    const stat = lstatSync(file);
-    if (!stat.isFile() || uid === undefined || !ownPrivate(stat, uid)) {
-      return {};
-    }
-    const parsed = JSON.parse(readFileSync(file, "utf8")) as unknown;
+    const parsed = JSON.parse(text) as unknown;
     return typeof parsed === "object" && parsed !== null &&
         !Array.isArray(parsed)
       ? parsed as Record<string, unknown>
