@@ -781,6 +781,7 @@ Measurements that shaped a piece of the code, taken once on the 2-core CI machin
 | \`src/runtime/deno.ts\` | small frames written to stdout synchronously | an async \`Deno.stdout.write\`: ~35 µs per frame; a 71 KB answer arrived 0.15 to 2 ms later under load (issue 16) |
 | \`src/runtime/deno.ts\` | stdin read by a plain async iterator | a pulled \`ReadableStream\`: ~0.8 to 1.2 µs more per chunk |
 | \`src/protocol/_shapes.ts\` | a key sequence compiled after 16 sightings | compiling one: 15 to 250 µs |
+| \`src/protocol/_shapes.ts\` | a row of a known shape built by one compiled object literal (\`new Function\`), not key by key | decoding 1,000 rows (best of 80 × 3 runs, load ~10), compiled / key bytes matched but stored one by one / no shapes: codec_compare's rich rows Deno 0.51 / 0.63 / 1.24 ms, Bun 0.51 / 0.88 / 0.85 ms; six-key plain rows Deno 0.27 / 0.39 / 0.42 ms, Bun 0.25 / 0.27 / 0.43 ms |
 | \`src/protocol/decode_value.ts\` | the \`DataView\` made on first use | a \`DataView\` per message: ~0.15 µs on Deno |
 | \`src/runtime/sha256.ts\`, \`src/runtime/bun_entry.ts\` | no \`node:crypto\` on a parent's first start | its first load: 7 to 10 ms of CPU in one block |
 | \`src/runtime/node_builtins.ts\`, \`src/runtime/bun.ts\` | no \`node:\` import at import time on Deno | Node compatibility on Deno: ~25 ms of CPU at start (measured another time: ~15 ms of start and ~10 MiB) |

@@ -337,6 +337,35 @@ describe("decodeValue() objects of a repeated shape", () => {
     }
   });
 
+  test("decodeValue() only ever throws ProtocolError on mutated rows of a compiled shape", () => {
+    // The shape's object literal is compiled code (_shapes.ts): hostile
+    // bytes against a compiled shape must still only return or refuse.
+    // Keys from a small pool: shapes recur (a process compiles at most 512).
+    const names = ["id", "name", "score", "at", "tags", "note", "x", "$y"];
+    fc.assert(
+      fc.property(
+        fc.shuffledSubarray(names, { minLength: 1, maxLength: 6 }),
+        fc.array(fc.record({ at: fc.nat(), byte: fc.nat({ max: 255 }) }), {
+          minLength: 1,
+          maxLength: 4,
+        }),
+        (keys, mutations) => {
+          const rows = Array.from(
+            { length: 24 },
+            (_, i) => Object.fromEntries(keys.map((key, j) => [key, i + j])),
+          );
+          const { head } = encodeValue(rows);
+          // 24 rows: compiled after the 16th, used for the rest.
+          assertSame(decodeValue(head), rows);
+          const bytes = head.slice();
+          for (const m of mutations) bytes[m.at % bytes.length] = m.byte;
+          decodeOrProtocolError(bytes, new Uint8Array(0));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   test("decodeValue() refuses a truncated row of a known shape", () => {
     const rows = Array.from({ length: 20 }, (_, i) => ({ alpha: i, beta: 2 }));
     const { head } = encodeValue(rows);
