@@ -1,6 +1,7 @@
 // Network grants by host and port hold for native code (issue 26). Under
 // bubblewrap a worker granted "127.0.0.1:P" (a real PostgreSQL server)
-// reaches that server through the forwarder and the parent's broker, from
+// reaches that server through the native relay (or, with
+// AIRLOCK_RUNTIME_CONFINE_STEP=1, the forwarder) and the parent's broker, from
 // JavaScript (npm "pg") and from native code (connect(2) through FFI), and
 // nothing else: another port on the same host, the same port on another
 // loopback address, a UDP datagram to a host listener and the cloud
@@ -254,9 +255,10 @@ describe("net host:port grants", needs("postgres"), () => {
     });
 
     test("a grant of a port below 1024 leaves the worker no capability", async () => {
-      // The forwarder needs CAP_NET_BIND_SERVICE to listen on port 80; the
-      // confine step starts it, then drops every capability (the bounding
-      // set included) before the worker runs.
+      // Listening on port 80 needs CAP_NET_BIND_SERVICE: the confine step
+      // listens (native) or starts the forwarder (runtime) with it, then
+      // drops every capability (the bounding set included) before the
+      // worker runs.
       await using s = await granted(["127.0.0.1:80"]);
       const caps = await s.capabilities();
       for (const set of ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]) {
