@@ -13,6 +13,7 @@ import {
   addressClass,
   netLayout,
   parseNetTarget,
+  sandboxLocalAddresses,
 } from "../../src/runtime/sandbox/net/targets.ts";
 import {
   MAX_CONCURRENT_LOOKUPS,
@@ -20,7 +21,11 @@ import {
   type NetConnectionEvent,
   startNetBroker,
 } from "../../src/runtime/sandbox/net/broker.ts";
-import { forwarderCommand } from "../../src/runtime/sandbox/net/sandbox_net.ts";
+import {
+  forwarderCommand,
+  netStepCapabilities,
+} from "../../src/runtime/sandbox/net/sandbox_net.ts";
+import { loopbackAddressRequest } from "../../src/runtime/sandbox/net/loopback_request.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
 import { until, within } from "../_helpers/wait.ts";
@@ -89,8 +94,10 @@ describe("netLayout() and addressClass()", () => {
         ["example.com", /names no port/],
         [":5432", /every host/],
         ["*.example.com:443", /wildcard/],
-        ["10.0.0.5:5432", /grant a host name/],
-        ["169.254.169.254:80", /outside loopback/],
+        ["224.0.0.1:80", /multicast address, not one host/],
+        ["0.0.0.0:80", /unspecified address/],
+        ["[fe80::1]:80", /IPv6 link-local/],
+        ["[::ffff:10.0.0.5]:80", /IPv4 address written as IPv6/],
         ["db:0", /port from 1/],
       ] as const
     ) {
@@ -104,6 +111,89 @@ describe("netLayout() and addressClass()", () => {
       port: 80,
       kind: "ipv6",
     });
+  });
+
+  test("an address outside loopback is listened on as it is, added to the sandbox's loopback first", () => {
+    const layout = netLayout([
+      "10.0.0.5:5432",
+      "10.0.0.5:6432",
+      "169.254.169.254:80",
+      "[2001:db8::7]:443",
+      "127.0.0.2:9000",
+      "db:5432",
+    ]);
+    assert.ok("listeners" in layout);
+    assert.deepEqual(
+      layout.listeners.map((l) => `${l.address} ${l.port}`),
+      [
+        "10.0.0.5 5432",
+        "10.0.0.5 6432",
+        "169.254.169.254 80",
+        "2001:db8::7 443",
+        "127.0.0.2 9000",
+        "127.80.0.1 5432",
+      ],
+    );
+    assert.deepEqual(sandboxLocalAddresses(layout), [
+      "10.0.0.5",
+      "169.254.169.254",
+      "2001:db8::7",
+    ]);
+    assert.deepEqual(netStepCapabilities(layout), [
+      "CAP_NET_BIND_SERVICE",
+      "CAP_NET_ADMIN",
+    ]);
+    const one = netLayout(["10.0.0.5:5432"]);
+    assert.ok("listeners" in one);
+    assert.deepEqual(netStepCapabilities(one), ["CAP_NET_ADMIN"]);
+    const names = netLayout(["db:5432", "localhost:80"]);
+    assert.ok("listeners" in names);
+    assert.deepEqual(sandboxLocalAddresses(names), []);
+    assert.deepEqual(netStepCapabilities(names), ["CAP_NET_BIND_SERVICE"]);
+  });
+
+  test("loopbackAddressRequest() is the RTM_NEWADDR message the native step sends too", () => {
+    const v4 = loopbackAddressRequest(new Uint8Array([10, 0, 0, 5]));
+    // nlmsghdr: length 40, RTM_NEWADDR, REQUEST|ACK|EXCL|CREATE, seq 1.
+    assert.deepEqual(
+      [...v4.subarray(0, 12)],
+      [40, 0, 0, 0, 20, 0, 0x05, 0x06, 1, 0, 0, 0],
+    );
+    // ifaddrmsg: AF_INET, /32, NODAD, host scope, loopback (index 1);
+    // then IFA_LOCAL and IFA_ADDRESS with the address.
+    assert.deepEqual(
+      [...v4.subarray(16)],
+      [
+        2,
+        32,
+        2,
+        254,
+        1,
+        0,
+        0,
+        0,
+        8,
+        0,
+        2,
+        0,
+        10,
+        0,
+        0,
+        5,
+        8,
+        0,
+        1,
+        0,
+        10,
+        0,
+        0,
+        5,
+      ],
+    );
+    const v6 = loopbackAddressRequest(new Uint8Array(16).fill(0xfd, 0, 1));
+    assert.equal(v6.byteLength, 64);
+    assert.deepEqual([...v6.subarray(16, 18)], [10, 128]);
+    assert.throws(() => loopbackAddressRequest(new Uint8Array(5)), RangeError);
   });
 });
 

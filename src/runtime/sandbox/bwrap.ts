@@ -158,14 +158,15 @@ export interface BwrapOptions {
    */
   netArgs?: readonly string[];
   /**
-   * Whether the forwarder binds a port below 1024 (`bindsLowPorts()`):
-   * bubblewrap then does not nest a user namespace (`--disable-userns`),
-   * which would hold `CAP_NET_BIND_SERVICE` away from the network
+   * Whether the confine step needs capabilities in the network namespace
+   * (`netStepCapabilities()`: a port below 1024, an address to add to
+   * loopback): bubblewrap then does not nest a user namespace
+   * (`--disable-userns`), which would hold them away from the network
    * namespace; the seccomp filter refuses new namespaces instead.
    *
    * @default {false}
    */
-  netLowPorts?: boolean;
+  netCapabilities?: boolean;
   /**
    * Granted programs: `true` mounts the system's program directories
    * ({@linkcode PROGRAM_PATHS}); absolute paths are mounted too. Names are
@@ -268,11 +269,11 @@ export interface SandboxedArgvOptions {
    */
   netArgs?: readonly string[];
   /**
-   * See {@linkcode BwrapOptions} `netLowPorts`.
+   * See {@linkcode BwrapOptions} `netCapabilities`.
    *
    * @default {false}
    */
-  netLowPorts?: boolean;
+  netCapabilities?: boolean;
   /**
    * How the grants are bound (see {@linkcode BwrapOptions} `grants`).
    *
@@ -321,7 +322,7 @@ export function sandboxedArgv(options: SandboxedArgvOptions): string[] {
     scratch: options.scratch,
     net: isGranted(permissions.net),
     ...(options.netArgs === undefined ? {} : { netArgs: options.netArgs }),
-    ...(options.netLowPorts ? { netLowPorts: true } : {}),
+    ...(options.netCapabilities ? { netCapabilities: true } : {}),
     run: permissions.run,
     ffi: permissions.ffi,
     env: options.env,
@@ -406,7 +407,7 @@ export function bwrapArgv(options: BwrapOptions): string[] {
     ...(options.joinPidNamespace === undefined
       ? [
         "--unshare-user",
-        ...(options.netLowPorts ? [] : ["--disable-userns"]),
+        ...(options.netCapabilities ? [] : ["--disable-userns"]),
         "--unshare-pid",
       ]
       : [

@@ -39,11 +39,12 @@ export interface BwrapWrapperOptions {
    */
   netArgs?: readonly string[];
   /**
-   * Whether the forwarder binds a port below 1024 (`bindsLowPorts()`).
+   * Whether the confine step needs capabilities in the network namespace
+   * (`netStepCapabilities()`).
    *
    * @default {false}
    */
-  netLowPorts?: boolean;
+  netCapabilities?: boolean;
   /**
    * How the grants are bound (see `BwrapOptions.grants`).
    *
@@ -115,7 +116,7 @@ export function bwrapWrapper(options: BwrapWrapperOptions): Wrapper {
           ? {}
           : { embedded: { fd: EMBEDDED_FD, path: inner.embedded.path } }),
         ...(options.netArgs ? { netArgs: options.netArgs } : {}),
-        ...(options.netLowPorts ? { netLowPorts: true } : {}),
+        ...(options.netCapabilities ? { netCapabilities: true } : {}),
         ...(options.grants ? { grants: options.grants } : {}),
         programs: options.programs ?? [],
         ...(options.sharedPidNamespace

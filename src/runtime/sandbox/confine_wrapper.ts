@@ -28,7 +28,11 @@ import {
 } from "./spec.ts";
 import { BIND_FD_PLACEHOLDER } from "./bwrap.ts";
 import type { GrantPaths } from "./landlock.ts";
-import type { NetLayout } from "./net/targets.ts";
+import {
+  addressHex,
+  type NetLayout,
+  sandboxLocalAddresses,
+} from "./net/targets.ts";
 import { forwarderCommand, NET_SOCKET_IN_SANDBOX } from "./net/sandbox_net.ts";
 import { NATIVE_CONFINE_PATH, nativeConfineArgv } from "./native_step.ts";
 
@@ -205,11 +209,14 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         ...rules,
         env: changes,
         ...(options.forwarder === undefined ? {} : {
-          forwarder: forwarderCommand(
-            options.runner,
-            options.forwarder,
-            options.stepEnv.DENO_DIR,
-          ),
+          forwarder: {
+            ...forwarderCommand(
+              options.runner,
+              options.forwarder,
+              options.stepEnv.DENO_DIR,
+            ),
+            ...localAddressesOf(options.forwarder),
+          },
         }),
       });
       return {
@@ -277,4 +284,14 @@ export function bindFdsWrapper(options: BindFdsWrapperOptions): Wrapper {
       };
     },
   };
+}
+
+/** The forwarder's addresses to add to loopback, as the runtime step reads them. */
+function localAddressesOf(
+  layout: NetLayout,
+): { localAddresses?: string[] } {
+  const local = sandboxLocalAddresses(layout).map((address) =>
+    addressHex(address) as string
+  );
+  return local.length === 0 ? {} : { localAddresses: local };
 }

@@ -523,7 +523,7 @@ function sandboxed(
  * process, but the rule is one for both) (each granted target, and
  * nothing else, for every process of the worker); elsewhere a strict
  * worker is refused (Landlock alone holds TCP by port on any host; a scope
- * without a port, a wildcard or an address outside loopback cannot be
+ * without a port, a wildcard or a multicast address cannot be
  * forwarded), and `enforce: "best-effort"` accepts the weaker hold (the
  * host's network, by port under Landlock).
  *

@@ -69,6 +69,13 @@ export interface ConfineSpec {
   readonly forwarder?: {
     readonly argv: readonly string[];
     readonly env: Readonly<Record<string, string>>;
+    /**
+     * Granted addresses outside loopback the step adds to the sandbox's
+     * loopback interface before it starts the forwarder, each
+     * `"4,<8 hex digits>"` or `"6,<32 hex digits>"` (network order);
+     * absent: none.
+     */
+    readonly localAddresses?: readonly string[];
   };
 }
 
@@ -170,6 +177,15 @@ export function decodeConfineSpec(text: string): ConfineSpec {
         name !== "" && !name.includes("=") && typeof value === "string"
       )
     ) fail("forwarder is not a command with an environment");
+    const local = (f as Record<string, unknown>).localAddresses;
+    if (
+      local !== undefined &&
+      (!Array.isArray(local) ||
+        !local.every((item) =>
+          typeof item === "string" &&
+          /^(4,[0-9a-f]{8}|6,[0-9a-f]{32})$/.test(item)
+        ))
+    ) fail("forwarder.localAddresses is not a list of FAMILY,HEX addresses");
   }
   const ruleset = spec.landlock;
   if (ruleset !== null) {

@@ -27,6 +27,7 @@ import {
   decodeConfineSpec,
   LANDLOCK_ACCESS_FILE as ACCESS_FILE,
 } from "./spec.ts";
+import { loopbackAddressRequest, NLMSG_ERROR } from "./net/loopback_request.ts";
 import {
   bunLibc,
   cString,
@@ -400,6 +401,54 @@ function startForwarder(
   }
 }
 
+const AF_NETLINK = 16;
+const SOCK_RAW = 3;
+const SOCK_CLOEXEC = 0x80000;
+const EEXIST = 17;
+
+/**
+ * Adds each granted address outside loopback to the sandbox's loopback
+ * interface (the forwarder listens there next; the native step does the
+ * same in C). Needs `CAP_NET_ADMIN` in the sandbox's user namespace,
+ * which bubblewrap gives this step for it; an address already there (two
+ * ports of one host) is fine.
+ */
+function addLoopbackAddresses(libc: Libc, addresses: readonly string[]): void {
+  for (const item of addresses) {
+    const hex = item.slice(2);
+    const address = new Uint8Array(hex.length / 2);
+    for (let index = 0; index < address.byteLength; index++) {
+      address[index] = parseInt(hex.slice(index * 2, index * 2 + 2), 16);
+    }
+    const request = loopbackAddressRequest(address);
+    const fd = libc.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      throw new StepError(
+        `cannot open a routing socket to add ${item}`,
+        libc.errno(),
+      );
+    }
+    const answer = new Uint8Array(256);
+    const sent = libc.write(fd, libc.address(request), request.byteLength);
+    const got = sent === request.byteLength
+      ? libc.read(fd, libc.address(answer), answer.byteLength)
+      : -1;
+    const errno = libc.errno();
+    libc.close(fd);
+    const view = new DataView(answer.buffer);
+    if (got < 20 || view.getUint16(4, true) !== NLMSG_ERROR) {
+      throw new StepError(`no answer from the kernel to adding ${item}`, errno);
+    }
+    const error = -view.getInt32(16, true);
+    if (error !== 0 && error !== EEXIST) {
+      throw new StepError(
+        `cannot add the granted address ${item} to the sandbox's loopback`,
+        error,
+      );
+    }
+  }
+}
+
 /** Confines this process as the spec says, then replaces it with the worker. */
 function confineAndExec(libc: Libc, spec: ConfineSpec): never {
   const dir = cString(spec.cwd);
@@ -410,8 +459,12 @@ function confineAndExec(libc: Libc, spec: ConfineSpec): never {
     );
   }
   // Before the capabilities go: the forwarder may need to listen on a port
-  // below 1024 (bubblewrap then adds CAP_NET_BIND_SERVICE for this step).
-  if (spec.forwarder !== undefined) startForwarder(spec.forwarder);
+  // below 1024, or on an address to add first (bubblewrap then adds
+  // CAP_NET_BIND_SERVICE or CAP_NET_ADMIN for this step).
+  if (spec.forwarder !== undefined) {
+    addLoopbackAddresses(libc, spec.forwarder.localAddresses ?? []);
+    startForwarder(spec.forwarder);
+  }
   if (libc.geteuid() === 0) dropCapabilities(libc);
   else clearCapabilities(libc);
   if (libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) !== 0) {

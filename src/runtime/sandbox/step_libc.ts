@@ -19,6 +19,9 @@ export interface Libc {
   capset(header: Addr, data: Addr): number;
   geteuid(): number;
   execvpe(file: Addr, argv: Addr, envp: Addr): number;
+  socket(domain: number, type: number, protocol: number): number;
+  read(fd: number, buffer: Addr, length: number): number;
+  write(fd: number, buffer: Addr, length: number): number;
   errno(): number;
   /** The address of a buffer, which the caller keeps alive. */
   address(buffer: Uint8Array): Addr;
@@ -72,6 +75,7 @@ const SIGNATURES: Record<string, [string[], string]> = {
   execvpe: [["u64", "u64", "u64"], "i32"],
   read: [["i32", "u64", "u64"], "i64"],
   write: [["i32", "u64", "u64"], "i64"],
+  socket: [["i32", "i32", "i32"], "i32"],
   "__errno_location": [[], "u64"],
 };
 
@@ -203,6 +207,9 @@ function wrap(
     geteuid: () => call("geteuid"),
     execvpe: (file, argv, envp) =>
       call("execvpe", big(file), big(argv), big(envp)),
+    socket: (domain, type, protocol) => call("socket", domain, type, protocol),
+    read: (fd, buffer, length) => call("read", fd, big(buffer), big(length)),
+    write: (fd, buffer, length) => call("write", fd, big(buffer), big(length)),
     errno: () => io.readI32(call("__errno_location")),
     address: io.address,
     readFile: io.readFile,

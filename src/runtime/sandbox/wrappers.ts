@@ -24,7 +24,7 @@ import { seccompArch, seccompFilter } from "./seccomp.ts";
 import { seccompFile } from "./seccomp_file.ts";
 import { nativeConfineElf } from "./native_step.ts";
 import type { NetBroker } from "./net/broker.ts";
-import { bindsLowPorts, netBwrapArgs } from "./net/sandbox_net.ts";
+import { netBwrapArgs, netStepCapabilities } from "./net/sandbox_net.ts";
 
 /** The private code cache of a sandboxed Deno worker, as the launch prepared it. */
 export interface PlannedCodeCache {
@@ -145,7 +145,7 @@ export function sandboxWrappers(
       ...(plan.net !== undefined && options.network !== undefined
         ? {
           netArgs: netBwrapArgs(options.network, plan.net),
-          netLowPorts: bindsLowPorts(plan.net),
+          netCapabilities: netStepCapabilities(plan.net).length > 0,
         }
         : {}),
       grants: { sources: grants.sources, throughFd: grants.raceable },

@@ -710,7 +710,7 @@ __attribute__((noreturn, used)) void confine_main(u64 *stack) {
   if (spec.pdeathsig) die_with_parent();
   i64 changed = sys(SYS_chdir, spec.cwd, 0, 0, 0);
   if (changed != 0) say("cannot change to the directory "), say_quoted(spec.cwd), fail(changed);
-  /* Before the capabilities go: a granted port below 1024 needs one to listen. */
+  /* Before the capabilities go: a port below 1024 or an address to add needs one. */
   if (spec.net_socket != 0) net_handover(spec.net_socket, spec.net_items, spec.net_count);
   if (sys(SYS_geteuid, 0, 0, 0, 0) == 0) drop_capabilities();
   else clear_capabilities();

@@ -220,12 +220,96 @@ static u32 net_address(const char *text, struct sockaddr_in6 *out) {
   return sizeof(struct sockaddr_in6);
 }
 
+#define AF_NETLINK 16
+#define SOCK_RAW 3
+#define NETLINK_ROUTE 0
+#define RTM_NEWADDR 20
+#define NLMSG_ERROR 2
+#define NLM_F_REQUEST 1
+#define NLM_F_ACK 4
+#define NLM_F_EXCL 0x200
+#define NLM_F_CREATE 0x400
+#define IFA_ADDRESS 1
+#define IFA_LOCAL 2
+#define IFA_F_NODAD 0x02
+#define RT_SCOPE_HOST 254
+#define EEXIST 17
+/* A new network namespace makes its loopback interface first: index 1. */
+#define LOOPBACK_INDEX 1
+
+/* Whether an address is on loopback as a new network namespace starts (127/8, ::1). */
+static int on_loopback(const struct sockaddr_in6 *address) {
+  if (address->family == AF_INET) return ((const struct sockaddr_in *)address)->address[0] == 127;
+  for (int index = 0; index < 15; index++) {
+    if (address->address[index] != 0) return 0;
+  }
+  return address->address[15] == 1;
+}
+
+/* Appends a netlink attribute (its payload 4 or 16 bytes: always aligned). */
+static u64 put_attribute(u8 *at, u16 type, const u8 *data, u16 length) {
+  u16 total = (u16)(4 + length);
+  memcpy(at, &total, 2);
+  memcpy(at + 2, &type, 2);
+  memcpy(at + 4, data, length);
+  return total;
+}
+
+/*
+ * Gives the sandbox's loopback interface a granted address outside
+ * loopback (10.0.0.5/32), so that a client connecting to it unchanged
+ * reaches the listener made next instead of finding no route. Needs
+ * CAP_NET_ADMIN in the sandbox's user namespace (bubblewrap adds it for
+ * this step only; it goes with the others before the worker runs). An
+ * address already there (two ports of one host) is fine.
+ */
+static void add_to_loopback(const struct sockaddr_in6 *address, const char *item) {
+  int v4 = address->family == AF_INET;
+  u16 bytes = v4 ? 4 : 16;
+  const u8 *raw = v4 ? ((const struct sockaddr_in *)address)->address : address->address;
+  u8 request[64];
+  memset(request, 0, sizeof(request));
+  u16 type = RTM_NEWADDR, flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_EXCL | NLM_F_CREATE;
+  u32 sequence = 1, index = LOOPBACK_INDEX;
+  memcpy(request + 4, &type, 2);
+  memcpy(request + 6, &flags, 2);
+  memcpy(request + 8, &sequence, 4);
+  /* struct ifaddrmsg: family, prefix length, flags, scope, interface index. */
+  request[16] = v4 ? AF_INET : AF_INET6;
+  request[17] = (u8)(bytes * 8);
+  request[18] = IFA_F_NODAD; /* IPv6: usable at once, no duplicate detection */
+  request[19] = RT_SCOPE_HOST;
+  memcpy(request + 20, &index, 4);
+  u64 length = 24;
+  length += put_attribute(request + length, IFA_LOCAL, raw, bytes);
+  length += put_attribute(request + length, IFA_ADDRESS, raw, bytes);
+  u32 total = (u32)length;
+  memcpy(request, &total, 4);
+  i64 fd = sys(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE, 0);
+  if (fd < 0) say("cannot open a routing socket to add "), say_quoted(item), fail(fd);
+  i64 sent = sys(SYS_write, fd, request, length, 0);
+  if (sent != (i64)length) say("cannot ask to add "), say_quoted(item), fail(sent < 0 ? sent : 0);
+  u8 answer[256];
+  i64 got = sys(SYS_read, fd, answer, sizeof(answer), 0);
+  sys(SYS_close, fd, 0, 0, 0);
+  u16 answer_type = 0;
+  int error = 0;
+  if (got >= 20) memcpy(&answer_type, answer + 4, 2), memcpy(&error, answer + 16, 4);
+  if (got < 20 || answer_type != NLMSG_ERROR) {
+    say("no answer from the kernel to adding "), say_quoted(item), fail(got < 0 ? got : 0);
+  }
+  if (error != 0 && error != -EEXIST) {
+    say("cannot add the granted address "), say_quoted(item), say(" to the sandbox's loopback"), fail(error);
+  }
+}
+
 /*
  * The confine step's half: one listening socket per item ("FAMILY,HEX,PORT"),
- * handed to the relay over `socket` (SCM_RIGHTS), then closed here. Called
+ * handed to the relay over `socket` (SCM_RIGHTS), then closed here; an
+ * address outside loopback is added to the loopback interface first. Called
  * before the step drops its capabilities (a port below 1024 needs
- * CAP_NET_BIND_SERVICE). Connections made before the relay accepts wait in
- * the sockets' backlogs.
+ * CAP_NET_BIND_SERVICE, adding an address CAP_NET_ADMIN). Connections
+ * made before the relay accepts wait in the sockets' backlogs.
  */
 static void net_handover(const char *socket, char **items, u64 count) {
   int fds[NET_MAX_LISTENERS];
@@ -233,6 +317,7 @@ static void net_handover(const char *socket, char **items, u64 count) {
     struct sockaddr_in6 address;
     u32 length = net_address(items[index], &address);
     if (length == 0) invalid("a net listener is not FAMILY,HEX,PORT");
+    if (!on_loopback(&address)) add_to_loopback(&address, items[index]);
     i64 fd = sys(SYS_socket, address.family, SOCK_STREAM | SOCK_CLOEXEC, 0, 0);
     if (fd < 0) say("cannot make a listening socket"), fail(fd);
     int one = 1;

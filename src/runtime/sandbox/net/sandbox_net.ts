@@ -10,7 +10,7 @@
 import { fileURLToPath } from "../../node_builtins.ts";
 import type { ResolvedPermissions } from "../../permissions.ts";
 import type { NetBroker } from "./broker.ts";
-import { type NetLayout, netLayout } from "./targets.ts";
+import { type NetLayout, netLayout, sandboxLocalAddresses } from "./targets.ts";
 
 /** Where the broker's socket appears inside the sandbox. */
 export const NET_SOCKET_IN_SANDBOX = "/run/airlock/net.sock";
@@ -47,11 +47,11 @@ export function forwardedNet(
 /**
  * bubblewrap's arguments for a worker's forwarded network, besides
  * `--unshare-net`: the broker's hosts and nsswitch files over the system's,
- * its socket at {@linkcode NET_SOCKET_IN_SANDBOX}, and, when a granted port
- * is below 1024, `CAP_NET_BIND_SERVICE` (and `CAP_SETPCAP`, to drop it from
- * the bounding set) for the sandbox's first process: the confine step,
- * which starts the forwarder with them and drops every capability before
- * the worker runs.
+ * its socket at {@linkcode NET_SOCKET_IN_SANDBOX}, and the capabilities of
+ * {@linkcode netStepCapabilities} (and `CAP_SETPCAP`, to drop them from the
+ * bounding set) for the sandbox's first process: the confine step, which
+ * sets up the listeners with them and drops every capability before the
+ * worker runs.
  *
  * @param broker The worker's broker.
  * @param layout Its network.
@@ -71,15 +71,13 @@ export function netBwrapArgs(broker: NetBroker, layout: NetLayout): string[] {
     broker.socket,
     NET_SOCKET_IN_SANDBOX,
   ];
-  if (bindsLowPorts(layout)) {
-    // CAP_SETPCAP lets the step drop the other from the bounding set: a
-    // worker run by root would get it back at exec otherwise.
-    args.push(
-      "--cap-add",
-      "CAP_NET_BIND_SERVICE",
-      "--cap-add",
-      "CAP_SETPCAP",
-    );
+  const capabilities = netStepCapabilities(layout);
+  if (capabilities.length > 0) {
+    // CAP_SETPCAP lets the step drop the others from the bounding set: a
+    // worker run by root would get them back at exec otherwise.
+    for (const capability of [...capabilities, "CAP_SETPCAP"]) {
+      args.push("--cap-add", capability);
+    }
   }
   return args;
 }
@@ -144,16 +142,40 @@ export function forwarderCommand(
 }
 
 /**
- * Whether the forwarder listens on a port below 1024: it then needs
- * `CAP_NET_BIND_SERVICE` in the user namespace that owns the sandbox's
- * network namespace, so bubblewrap must not nest another one
- * (`--disable-userns`); the seccomp filter refuses the worker every new
- * namespace (`unshare`, `setns`, `clone` with `CLONE_NEW*`, `clone3`)
+ * The capabilities the confine step needs in the user namespace that owns
+ * the sandbox's network namespace to set up the listeners:
+ * `CAP_NET_BIND_SERVICE` for a port below 1024, `CAP_NET_ADMIN` to add a
+ * granted address outside loopback to the sandbox's loopback interface
+ * ({@linkcode sandboxLocalAddresses}). With any, bubblewrap must not nest
+ * another user namespace (`--disable-userns`, which would hold them away
+ * from the network namespace); the seccomp filter refuses the worker every
+ * new namespace (`unshare`, `setns`, `clone` with `CLONE_NEW*`, `clone3`)
  * all the same.
  *
  * @param layout The worker's network.
- * @returns Whether it does.
+ * @returns The capabilities' names, none when the step needs none.
+ *
+ * @example
+ * ```ts
+ * import { netLayout } from "./targets.ts";
+ * import { netStepCapabilities } from "./sandbox_net.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const layout = netLayout(["db:5432", "10.0.0.5:443"]);
+ * assert.ok("listeners" in layout);
+ * assert.deepEqual(netStepCapabilities(layout), [
+ *   "CAP_NET_BIND_SERVICE",
+ *   "CAP_NET_ADMIN",
+ * ]);
+ * ```
  */
-export function bindsLowPorts(layout: NetLayout): boolean {
-  return layout.listeners.some((listener) => listener.port < 1024);
+export function netStepCapabilities(layout: NetLayout): string[] {
+  const capabilities: string[] = [];
+  if (layout.listeners.some((listener) => listener.port < 1024)) {
+    capabilities.push("CAP_NET_BIND_SERVICE");
+  }
+  if (sandboxLocalAddresses(layout).length > 0) {
+    capabilities.push("CAP_NET_ADMIN");
+  }
+  return capabilities;
 }

@@ -136,11 +136,11 @@ export function parseNetTarget(
  * - A name gets a loopback address of its own (`127.80.0.N`), in the hosts
  *   file, so libc's resolver, Deno and Bun find it without DNS; `localhost`
  *   is `127.0.0.1` and `::1`.
- * - A loopback address (`127.0.0.1:5432`, `[::1]:5432`) is listened on as
- *   it is: the client connects to it unchanged.
- * - Any other address cannot be reached from a namespace with only
- *   loopback (the client would connect to it unchanged, and there is no
- *   route): refused, naming the fix (grant a host name for it).
+ * - An address (`127.0.0.1:5432`, `10.0.0.5:5432`, `[::1]:5432`) is
+ *   listened on as it is: the client connects to it unchanged. One outside
+ *   loopback is first added to the sandbox's own loopback interface by the
+ *   confine step ({@linkcode sandboxLocalAddresses}); multicast,
+ *   unspecified and IPv6 link-local addresses cannot be, and are refused.
  *
  * @param scopes The resolved `net` scopes.
  * @returns The layout, or `{ problem }` naming the first scope it cannot honour.
@@ -169,11 +169,9 @@ export function netLayout(
     const key = `${target.host} ${target.port}`;
     if (seen.has(key)) continue;
     seen.add(key);
-    if (target.kind !== "name" && addressClass(target.host) !== "loopback") {
-      return {
-        problem:
-          `"${scope}" is an address outside loopback, and a client in the sandbox's network namespace (only loopback) cannot connect to it unchanged: grant a host name that resolves to it instead (the sandbox maps granted names to loopback and the parent connects to the name)`,
-      };
+    if (target.kind !== "name") {
+      const problem = localAddressProblem(target);
+      if (problem !== undefined) return { problem };
     }
     targets.push(target);
   }
@@ -219,6 +217,72 @@ export function netLayout(
     for (const address of addresses) lines.push(`${address} ${name}`);
   }
   return { targets, listeners, hosts: `${lines.join("\n")}\n` };
+}
+
+/**
+ * Why an address scope cannot be listened on inside the sandbox, if it
+ * cannot: a multicast or unspecified address is no one host, and an IPv6
+ * link-local address belongs to an interface the sandbox does not have.
+ */
+function localAddressProblem(target: NetTarget): string | undefined {
+  const kind = addressClass(target.host);
+  if (kind === "multicast" || kind === "unspecified") {
+    return `"${target.scope}" is a ${kind} address, not one host: grant the address or name of the host itself`;
+  }
+  const words = target.kind === "ipv6" ? ipv6Words(target.host) : undefined;
+  if (words !== undefined && words.slice(0, 5).every((w) => w === 0)) {
+    if (words[5] === 0xffff || (words[5] === 0 && !onLoopback(target.host))) {
+      return `"${target.scope}" is an IPv4 address written as IPv6: grant the IPv4 address itself`;
+    }
+  }
+  if (target.kind === "ipv6" && kind === "link-local") {
+    return `"${target.scope}" is an IPv6 link-local address, which belongs to one interface of the host and cannot be forwarded: grant a host name or a routable address for it`;
+  }
+  return undefined;
+}
+
+/**
+ * The addresses the confine step adds to the sandbox's loopback interface
+ * before it listens (it needs `CAP_NET_ADMIN` there, which bubblewrap then
+ * gives it and it drops before the worker runs): the granted addresses
+ * outside loopback, so that a client connecting to `10.0.0.5:5432`
+ * unchanged reaches the listener instead of finding no route.
+ *
+ * @param layout The worker's network.
+ * @returns The addresses, each once.
+ *
+ * @example
+ * ```ts
+ * import { netLayout, sandboxLocalAddresses } from "./targets.ts";
+ * import assert from "node:assert/strict";
+ *
+ * const layout = netLayout(["10.0.0.5:5432", "db:5432", "127.0.0.1:6379"]);
+ * assert.ok("listeners" in layout);
+ * assert.deepEqual(sandboxLocalAddresses(layout), ["10.0.0.5"]);
+ * ```
+ */
+export function sandboxLocalAddresses(layout: NetLayout): string[] {
+  const addresses = new Set<string>();
+  for (const listener of layout.listeners) {
+    if (!onLoopback(listener.address)) addresses.add(listener.address);
+  }
+  return [...addresses];
+}
+
+/**
+ * Whether an address is on loopback as the sandbox's network namespace
+ * starts (`127.0.0.0/8`, `::1`): the kernel's own test, which the
+ * confine steps repeat to know which listener addresses to add first.
+ *
+ * @param address An IPv4 or IPv6 address.
+ * @returns Whether it needs no adding.
+ */
+export function onLoopback(address: string): boolean {
+  const v4 = ipv4Bytes(address);
+  if (v4 !== undefined) return v4[0] === 127;
+  const words = ipv6Words(address);
+  return words !== undefined &&
+    words.slice(0, 7).every((word) => word === 0) && words[7] === 1;
 }
 
 /**
