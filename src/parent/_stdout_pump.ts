@@ -7,7 +7,11 @@
 
 import { FrameReader } from "../protocol/frame_reader.ts";
 import { decodeMessage } from "../protocol/messages.ts";
-import { type ChunkReader, chunkReader } from "../runtime/chunk_reader.ts";
+import {
+  type ChunkRead,
+  type ChunkReader,
+  chunkReader,
+} from "../runtime/chunk_reader.ts";
 import type { Truncation } from "./_exit.ts";
 import { readingAnswers } from "./_metrics.ts";
 
@@ -63,18 +67,22 @@ export class StdoutPump {
    *
    * @returns The read.
    */
-  read(): Promise<{ done: boolean; value?: Uint8Array | undefined }> {
+  read(): Promise<ChunkRead> {
     return this.#reader.read();
   }
 
   /**
-   * Hands a chunk to the frame reader: its frames go to the sink.
+   * Hands what a read gave to the frame reader: its frames go to the sink.
    *
-   * @param chunk The chunk read.
+   * @param chunk The bytes read.
+   * @param inPlace Whether they were read into the frame space.
    * @throws {ProtocolError} when the worker broke the protocol.
    */
-  push(chunk: Uint8Array): void {
-    readingAnswers(() => this.#frames.push(chunk));
+  push(chunk: Uint8Array, inPlace: boolean | undefined): void {
+    const frames = this.#frames;
+    readingAnswers(() =>
+      inPlace === true ? frames.filled(chunk) : frames.push(chunk)
+    );
   }
 
   /**

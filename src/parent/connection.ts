@@ -383,9 +383,9 @@ export class Connection {
     const stdout = this.#stdout;
     try {
       while (true) {
-        const { done, value } = await stdout.read();
+        const { done, value, inPlace } = await stdout.read();
         if (done || value === undefined) break;
-        stdout.push(value);
+        stdout.push(value, inPlace);
       }
       this.#truncated = stdout.end();
       this.#log.endStray();

@@ -74,15 +74,13 @@ export class FrameReader {
   #pending: Uint8Array | undefined;
   /**
    * A frame being filled: its payload buffer, bytes filled, head length and
-   * payload length (kept apart: a read in place detaches the buffer until
-   * its bytes are pushed).
+   * payload length (kept apart: a read into {@linkcode space} may move the
+   * buffer until its bytes come back through {@linkcode filled}).
    */
   #partial: Uint8Array | undefined;
   #partialFilled = 0;
   #partialHead = 0;
   #partialBytes = 0;
-  /** Whether the unfilled part of `#partial` is lent to a read in place. */
-  #lent = false;
   #failed: ProtocolError | undefined;
 
   /**
@@ -103,18 +101,43 @@ export class FrameReader {
   }
 
   /**
-   * The unfilled part of the frame being assembled, for a reader that reads
-   * into a buffer it is given (a BYOB read): the rest of a large frame then
-   * lands where it belongs, with no chunk to allocate and copy. The next
-   * {@linkcode push} must be the view that read returned, on the buffer it
-   * transferred (or any other chunk, if the read did not take the space).
+   * The unfilled part of the frame being assembled, or `undefined` when no
+   * frame is partly read. A caller may read the stream's next bytes into it
+   * and hand them to {@linkcode filled} instead of pushing a chunk (the rest
+   * of a large frame then lands where it belongs, with no copy).
    *
-   * @returns The space, or `undefined` when no frame is partly read.
+   * @returns The space.
    */
-  frameSpace(): Uint8Array | undefined {
-    if (this.#failed || !this.#partial || this.#lent) return undefined;
-    this.#lent = true;
+  space(): Uint8Array | undefined {
+    if (this.#failed || !this.#partial) return undefined;
     return this.#partial.subarray(this.#partialFilled);
+  }
+
+  /**
+   * Takes the stream's next bytes, read into {@linkcode space}: `view`
+   * holds them right after the bytes already filled, on the frame's buffer
+   * or on the buffer a transferring read moved it to.
+   *
+   * @param view The bytes read.
+   * @throws {ProtocolError} when `view` is not that space, or completes a
+   *   frame that is then refused downstream.
+   */
+  filled(view: Uint8Array): void {
+    if (this.#failed) throw this.#failed;
+    const partial = this.#partial;
+    try {
+      if (partial === undefined || !this.#inPlace(partial, view)) {
+        throw new ProtocolError(
+          "Cannot read frame: bytes read in place are not in the frame's space",
+        );
+      }
+      this.#partial = new Uint8Array(view.buffer, 0, this.#partialBytes);
+      this.#partialFilled += view.byteLength;
+      this.#completeIfFull();
+    } catch (error: unknown) {
+      this.#refuse(error);
+      throw error;
+    }
   }
 
   /**
@@ -128,55 +151,53 @@ export class FrameReader {
     try {
       this.#push(chunk);
     } catch (error: unknown) {
-      if (error instanceof ProtocolError) {
-        this.#failed = error;
-        this.#pending = undefined;
-        this.#partial = undefined;
-        this.#lent = false;
-      }
+      this.#refuse(error);
       throw error;
     }
   }
 
+  /** After a `ProtocolError` the reader refuses further input. */
+  #refuse(error: unknown): void {
+    if (!(error instanceof ProtocolError)) return;
+    this.#failed = error;
+    this.#pending = undefined;
+    this.#partial = undefined;
+  }
+
+  /** Emits the frame being filled once it is whole. */
+  #completeIfFull(): void {
+    if (this.#partialFilled < this.#partialBytes) return;
+    const partial = this.#partial as Uint8Array;
+    this.#partial = undefined;
+    this.#partialFilled = 0;
+    this.#onFrame({
+      head: partial.subarray(0, this.#partialHead),
+      area: partial.subarray(this.#partialHead),
+    });
+  }
+
   #push(chunk: Uint8Array): void {
-    if (this.#partial) {
-      let partial = this.#partial;
-      let take: number;
-      if (this.#lent && this.#inPlace(partial, chunk)) {
-        // Read into the frame's space: its bytes are in place already, on
-        // the buffer the read transferred (the old one is detached).
-        partial = new Uint8Array(chunk.buffer, 0, this.#partialBytes);
-        this.#partial = partial;
-        take = chunk.byteLength;
-      } else {
-        if (partial.byteLength !== this.#partialBytes) {
-          throw new ProtocolError(
-            "Cannot read frame: a read took the frame's buffer and did not give it back",
-          );
-        }
-        take = Math.min(
-          this.#partialBytes - this.#partialFilled,
-          chunk.byteLength,
-        );
-        partial.set(
-          take === chunk.byteLength ? chunk : chunk.subarray(0, take),
-          this.#partialFilled,
+    const partial = this.#partial;
+    if (partial) {
+      if (partial.byteLength !== this.#partialBytes) {
+        throw new ProtocolError(
+          "Cannot read frame: a read took the frame's buffer and did not give it back",
         );
       }
-      this.#lent = false;
+      const take = Math.min(
+        this.#partialBytes - this.#partialFilled,
+        chunk.byteLength,
+      );
+      partial.set(
+        take === chunk.byteLength ? chunk : chunk.subarray(0, take),
+        this.#partialFilled,
+      );
       this.#partialFilled += take;
-      if (this.#partialFilled < this.#partialBytes) return;
-      this.#partial = undefined;
-      this.#partialFilled = 0;
-      this.#onFrame({
-        head: partial.subarray(0, this.#partialHead),
-        area: partial.subarray(this.#partialHead),
-      });
-      if (take === chunk.byteLength) return;
+      this.#completeIfFull();
+      if (this.#partial !== undefined || take === chunk.byteLength) return;
       chunk = chunk.subarray(take);
     }
     let data = chunk;
-    this.#lent = false;
     if (this.#pending) {
       const joined = new Uint8Array(
         this.#pending.byteLength + chunk.byteLength,
@@ -190,14 +211,14 @@ export class FrameReader {
   }
 
   /**
-   * Whether `chunk` is what a read into the lent space returned: the bytes
-   * right after those filled, on the frame's own buffer (kept, or moved to a
-   * new `ArrayBuffer` by the read's transfer) and no longer than the space.
+   * Whether `view` is bytes read into the space: right after those filled,
+   * on the frame's own buffer (kept, or moved to a new `ArrayBuffer` by a
+   * transferring read, which leaves the old one empty), at most the space.
    */
-  #inPlace(partial: Uint8Array, chunk: Uint8Array): boolean {
-    const buffer = chunk.buffer;
-    return chunk.byteOffset === this.#partialFilled &&
-      chunk.byteLength <= this.#partialBytes - this.#partialFilled &&
+  #inPlace(partial: Uint8Array, view: Uint8Array): boolean {
+    const buffer = view.buffer;
+    return view.byteOffset === this.#partialFilled &&
+      view.byteLength <= this.#partialBytes - this.#partialFilled &&
       buffer.byteLength === this.#partialBytes &&
       (buffer === partial.buffer || partial.byteLength === 0);
   }
@@ -282,7 +303,6 @@ export class FrameReader {
       };
       this.#partial = undefined;
       this.#partialFilled = 0;
-      this.#lent = false;
       return { truncated };
     }
     const pending = this.#pending;

@@ -13,7 +13,10 @@ import {
 } from "../../src/protocol/frame_header.ts";
 import { decodeMessage, type Message } from "../../src/protocol/messages.ts";
 import { encodeMessage } from "../../src/protocol/encode_message.ts";
-import { chunkReader } from "../../src/runtime/chunk_reader.ts";
+import {
+  type ChunkReader,
+  chunkReader,
+} from "../../src/runtime/chunk_reader.ts";
 import {
   concat,
   defuse,
@@ -232,7 +235,41 @@ function byteStream(
   });
 }
 
+/** Reads `chunks` to the end into `reader`, in place where they were read so. */
+async function feed(chunks: ChunkReader, reader: FrameReader): Promise<void> {
+  for (let read = await chunks.read(); !read.done; read = await chunks.read()) {
+    if (read.inPlace) reader.filled(read.value!);
+    else reader.push(read.value!);
+  }
+}
+
 describe("FrameReader reading in place", () => {
+  test("FrameReader.filled() refuses bytes that are not in the frame's space, and then any input", () => {
+    const whole = patternFrame(1000);
+    const cases: ((reader: FrameReader) => Uint8Array)[] = [
+      // No frame is partly read.
+      () => new Uint8Array(10),
+      // A chunk of its own, not the space.
+      () => whole.slice(116, 200),
+      // The space, but past the bytes filled.
+      (reader) => reader.space()!.subarray(10, 20),
+      // More than the space (a view on a buffer of another size).
+      () => new Uint8Array(new ArrayBuffer(2000), 100, 901),
+    ];
+    for (const [index, view] of cases.entries()) {
+      const reader = new FrameReader({ onFrame: () => {}, onStray: () => {} });
+      if (index > 0) reader.push(whole.subarray(0, 116));
+      assert.throws(
+        () => reader.filled(view(reader)),
+        (error: unknown) =>
+          error instanceof ProtocolError &&
+          /not in the frame's space/.test(error.message),
+        `case ${index}`,
+      );
+      assert.throws(() => reader.push(whole.slice(116)), ProtocolError);
+    }
+  });
+
   test("chunkReader with the frame reader reads the rest of a large frame straight into the frame's buffer, bytes intact", async () => {
     const payload = 300_000;
     const stream = concat([patternFrame(payload), patternFrame(10)]);
@@ -243,19 +280,13 @@ describe("FrameReader reading in place", () => {
     });
     let lent = 0;
     const chunks = chunkReader(byteStream(stream, 7000), {
-      frameSpace() {
-        const space = reader.frameSpace();
+      space() {
+        const space = reader.space();
         if (space !== undefined) lent++;
         return space;
       },
     });
-    for (
-      let read = await chunks.read();
-      !read.done;
-      read = await chunks.read()
-    ) {
-      reader.push(read.value!);
-    }
+    await feed(chunks, reader);
     assert.deepEqual(reader.end(), {});
     assert.equal(frames.length, 2);
     const head = frames[0]!.head;
@@ -280,20 +311,14 @@ describe("FrameReader reading in place", () => {
       byteStream(whole.subarray(0, 50_016), 4096),
       reader,
     );
-    for (
-      let read = await chunks.read();
-      !read.done;
-      read = await chunks.read()
-    ) {
-      reader.push(read.value!);
-    }
+    await feed(chunks, reader);
     assert.equal(frames.length, 0);
     assert.deepEqual(reader.end(), {
       truncated: { expectedBytes: 100_000, receivedBytes: 50_000 },
     });
   });
 
-  test("a lent space left unused still takes copied chunks; a space taken away and not given back is a ProtocolError", () => {
+  test("a space left unused still takes copied chunks; a space taken away and not given back is a ProtocolError", () => {
     const whole = patternFrame(1000);
     const frames: Frame[] = [];
     const reader = new FrameReader({
@@ -301,16 +326,16 @@ describe("FrameReader reading in place", () => {
       onStray: () => assert.fail("no stray bytes"),
     });
     reader.push(whole.subarray(0, 116));
-    assert.equal(reader.frameSpace()?.byteLength, 900);
+    assert.equal(reader.space()?.byteLength, 900);
     reader.push(whole.slice(116, 516));
-    assert.equal(reader.frameSpace()?.byteLength, 500);
+    assert.equal(reader.space()?.byteLength, 500);
     reader.push(whole.slice(516));
     assert.equal(frames.length, 1);
     assert.deepEqual([...frames[0]!.head], [...whole.subarray(16)]);
 
     const other = new FrameReader({ onFrame: () => {}, onStray: () => {} });
     other.push(whole.subarray(0, 116));
-    const space = other.frameSpace()!;
+    const space = other.space()!;
     const taken = space.buffer as ArrayBuffer;
     structuredClone(taken, { transfer: [taken] });
     assert.throws(
