@@ -25,6 +25,7 @@ const FAST_TIER = [
   "tests/parent/one_shot_scheduling_test.ts",
   "tests/parent/stream_scheduling_test.ts",
   "tests/parent/write_ahead_test.ts",
+  "tests/parent/call_table_test.ts",
   "tests/parent/launcher_health_test.ts",
   "tests/parent/pool_launchers_scheduling_test.ts",
   "tests/testing/helpers_test.ts",
