@@ -45,6 +45,7 @@
  */
 
 import {
+  createHash,
   join,
   loadSpawnBuiltins,
   mkdirSync,
@@ -57,7 +58,6 @@ import {
   writeFileSync,
 } from "./node_builtins.ts";
 import { nextTurn } from "./turns.ts";
-import { sha256Hex } from "./sha256.ts";
 import { BUN_ENTRY_BUNDLE } from "./_bun_entry_bundle.ts";
 
 /** A built bundle and the SHA-256 of what was built. */
@@ -120,12 +120,15 @@ interface BunHasher {
 /**
  * The SHA-256 of a bundle, in hex: Bun's native hasher on a Bun parent
  * (`node:crypto`'s first load would hold its first start in one block),
- * airlock's own on a Deno parent starting Bun workers (the same: Deno's
- * `node:crypto` costs its first use ~70 ms).
+ * `node:crypto` on a Deno parent starting Bun workers (for ~50 KB its load
+ * and hash cost less than airlock's own SHA-256, whose JavaScript is slow on
+ * large inputs).
  */
 function sha256(bytes: Uint8Array): string {
   const bun = (globalThis as { Bun?: BunHasher }).Bun;
-  if (bun === undefined) return sha256Hex(bytes);
+  if (bun === undefined) {
+    return createHash("sha256").update(bytes).digest("hex");
+  }
   const hasher = new bun.CryptoHasher("sha256");
   hasher.update(bytes);
   return hasher.digest("hex");
@@ -345,8 +348,21 @@ function intact(built: BunEntryBundle): boolean {
  */
 export const BUILD_BUN_ENTRY_ENV = "AIRLOCK_BUILD_BUN_ENTRY";
 
-/** The checked-in bundle by entry, once looked at (`undefined`: not usable). */
-const checkedIn = new Map<string, BunEntryBundle | undefined>();
+/**
+ * The checked-in bundle by entry, once looked at (`undefined`: not usable),
+ * or its check still running (a Deno parent's).
+ */
+const checkedIn = new Map<
+  string,
+  BunEntryBundle | undefined | Promise<unknown>
+>();
+
+/** WebCrypto's SHA-256 of `bytes`, in hex (native and asynchronous). */
+async function digestHex(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (byte) => byte.toString(16).padStart(2, "0"))
+    .join("");
+}
 
 /**
  * The bundle checked into airlock's tree (scripts/build_bun_entry.ts), when
@@ -354,30 +370,66 @@ const checkedIn = new Map<string, BunEntryBundle | undefined>();
  * `workers/entry.ts` of a source tree (not the published `.js`), every
  * source it was built from hashes to what is recorded (a vendored, edited
  * copy builds its own), and its bytes to the recorded SHA-256. Looked at
- * once per process (about 30 files, ~290 KB: 1 to 2 ms on Bun). It lies in
+ * once per process (about 30 files, ~290 KB): at once on a Bun parent (1 to
+ * 2 ms with Bun's native hasher); on a Deno parent in the background with
+ * WebCrypto's digest, a file a turn (`node:crypto`'s load and hash would
+ * hold its first start ~20 ms, airlock's own SHA-256 70 to 100 ms), the
+ * workers started meanwhile running `workers/entry.ts` itself. It lies in
  * airlock's tree, trusted as the entry itself is (whoever may write one may
  * write the other); the worker's loader checks its bytes against the
  * recorded hash all the same.
+ *
+ * @returns The bundle, or `undefined` (not usable, or still being checked:
+ *   {@linkcode checkingBundle}).
  */
 function checkedInBundle(entry: string): BunEntryBundle | undefined {
-  if (checkedIn.has(entry)) return checkedIn.get(entry);
+  const known = checkedIn.get(entry);
+  if (known instanceof Promise) return undefined;
+  if (checkedIn.has(entry)) return known;
   checkedIn.set(entry, undefined);
   const suffix = "/workers/entry.ts";
   if (!entry.endsWith(suffix)) return undefined;
   const root = entry.slice(0, -suffix.length);
-  try {
-    for (const [path, hash] of BUN_ENTRY_BUNDLE.sources) {
-      if (sha256(readFileSync(join(root, path))) !== hash) return undefined;
+  const file = join(root, BUN_ENTRY_BUNDLE.file);
+  const bundle = { file, sha256: BUN_ENTRY_BUNDLE.sha256 };
+  const all = [
+    ...BUN_ENTRY_BUNDLE.sources,
+    [BUN_ENTRY_BUNDLE.file, BUN_ENTRY_BUNDLE.sha256] as const,
+  ];
+  if ((globalThis as { Bun?: unknown }).Bun !== undefined) {
+    try {
+      for (const [path, expected] of all) {
+        if (sha256(readFileSync(join(root, path))) !== expected) {
+          return undefined;
+        }
+      }
+    } catch {
+      return undefined; // Missing or unreadable: built as before.
     }
-    const file = join(root, BUN_ENTRY_BUNDLE.file);
-    if (sha256(readFileSync(file)) !== BUN_ENTRY_BUNDLE.sha256) {
-      return undefined;
-    }
-    checkedIn.set(entry, { file, sha256: BUN_ENTRY_BUNDLE.sha256 });
-  } catch {
-    // Missing or unreadable: built as before.
+    checkedIn.set(entry, bundle);
+    return bundle;
   }
-  return checkedIn.get(entry);
+  const check = async (): Promise<BunEntryBundle | undefined> => {
+    for (const [path, expected] of all) {
+      const bytes = new Uint8Array(readFileSync(join(root, path)));
+      if (await digestHex(bytes) !== expected) return undefined;
+    }
+    return bundle;
+  };
+  checkedIn.set(
+    entry,
+    check().then(
+      (checked) => checkedIn.set(entry, checked),
+      () => checkedIn.set(entry, undefined),
+    ),
+  );
+  return undefined;
+}
+
+/** The check of the checked-in bundle for `entry` while it runs, if it does. */
+function checkingBundle(entry: string): Promise<unknown> | undefined {
+  const known = checkedIn.get(entry);
+  return known instanceof Promise ? known : undefined;
 }
 
 /**
@@ -403,13 +455,15 @@ export function bunEntryBundle(
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
 ): BunEntryBundle | undefined {
-  const ready = env[BUILD_BUN_ENTRY_ENV] === "1"
-    ? undefined
-    : checkedInBundle(entry);
-  if (ready !== undefined) {
-    if (intact(ready)) return ready;
-    // Someone wrote it: never again in this process; built as before.
-    checkedIn.set(entry, undefined);
+  if (env[BUILD_BUN_ENTRY_ENV] !== "1") {
+    const ready = checkedInBundle(entry);
+    if (ready !== undefined) {
+      if (intact(ready)) return ready;
+      // Someone wrote it: never again in this process; built as before.
+      checkedIn.set(entry, undefined);
+    }
+    // Still being checked (a Deno parent): no build unless it does not match.
+    if (checkingBundle(entry) !== undefined) return undefined;
   }
   const key = `${binary}\0${entry}`;
   const state = bundles.get(key) ??
@@ -439,10 +493,12 @@ export async function builtBunEntryBundle(
   env: Readonly<Record<string, string | undefined>>,
   onExit: (callback: () => void) => void,
 ): Promise<BunEntryBundle | undefined> {
-  const ready = env[BUILD_BUN_ENTRY_ENV] === "1"
-    ? undefined
-    : checkedInBundle(entry);
-  if (ready !== undefined && intact(ready)) return ready;
+  if (env[BUILD_BUN_ENTRY_ENV] !== "1") {
+    checkedInBundle(entry);
+    await checkingBundle(entry);
+    const ready = checkedInBundle(entry);
+    if (ready !== undefined && intact(ready)) return ready;
+  }
   const key = `${binary}\0${entry}`;
   const state = bundles.get(key) ??
     startBuild(key, binary, entry, env, onExit);

@@ -67,7 +67,7 @@ function copyOfAirlock(dir: string): string {
 
 test(
   "a checked-in Bun bundle that is not what its recorded hash says is never given, nor once it changed",
-  () => {
+  async () => {
     using dir = scratchDir("bun-bundle-checked-in");
     // Planted before the process looked: refused; workers get a build.
     const planted = copyOfAirlock(dir.join("planted"));
@@ -76,12 +76,17 @@ test(
       plantedFile,
       `globalThis.__planted = 1;\n${readFileSync(plantedFile, "utf8")}`,
     );
-    assert.equal(bunEntryBundle(bun, planted, process.env, onExit), undefined);
+    const built = await builtBunEntryBundle(bun, planted, process.env, onExit);
+    assert.ok(built, "built");
+    // The process's own build (of the same sources: the same bytes), in its
+    // private directory; never the planted file.
+    assert.notEqual(built.file, plantedFile);
+    assert.doesNotMatch(readFileSync(built.file, "utf8"), /__planted/);
     // Given, then changed: never given again in this process.
     const later = copyOfAirlock(dir.join("later"));
     const laterFile = dir.join("later", BUN_ENTRY_BUNDLE.file);
     assert.equal(
-      bunEntryBundle(bun, later, process.env, onExit)?.file,
+      (await builtBunEntryBundle(bun, later, process.env, onExit))?.file,
       laterFile,
     );
     const original = readFileSync(laterFile, "utf8");
@@ -92,7 +97,7 @@ test(
     );
     writeFileSync(laterFile, original);
     assert.notEqual(
-      bunEntryBundle(bun, later, process.env, onExit)?.file,
+      (await builtBunEntryBundle(bun, later, process.env, onExit))?.file,
       laterFile,
     );
   },
