@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "7db2c9151fc0509df164cec0e5ba1fdb872d17a545a3aa031248380a209f8ed8",
+  sha256: "5ac58249b870e43593455665a1a18ae011f1180be6be0956f3bde1501fe6003d",
   bun: "1.4.5",
   sources: [
     [
@@ -62,7 +62,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/protocol/frame_reader.ts",
-      "1c3dce7b45f8ebd92992ee962783143c564ba78f273974e36c96a20fb9d6400d",
+      "8bec68cd2aa60fce868d0a9cf73baf704029098704d6164117598251116b7e31",
     ],
     [
       "src/protocol/messages.ts",
@@ -90,7 +90,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/runtime/chunk_reader.ts",
-      "cd8fd3dd400634fde64796719225d3a1317c4410b8c045355de12b4d753ca6d8",
+      "518079d9787e70c686a1db367e8abe1df7c1d671ff676d1925cae39d01ce57f2",
     ],
     [
       "src/runtime/deno.ts",
