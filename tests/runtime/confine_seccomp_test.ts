@@ -368,10 +368,29 @@ describe("seccompDenials()", () => {
       const denial of [
         ...seccompDenials(NOTHING),
         ...seccompDenials(PORTS, { pathMetadata: true }),
+        ...seccompDenials(NOTHING, { parentDeath: true }),
       ]
     ) {
       assert.ok(docs.includes(`\`${denial.name}\``), denial.name);
     }
+  });
+
+  test("seccompDenials() with parentDeath refuses the parent-death signal, and new processes without run", () => {
+    const denied = (permissions: typeof NOTHING) =>
+      seccompDenials(permissions, { parentDeath: true }).map((d) =>
+        `${d.name} ${d.when}`
+      );
+    assert.ok(denied(NOTHING).includes("prctl with PR_SET_PDEATHSIG"));
+    assert.ok(
+      denied(NOTHING).some((d) => /^clone without CLONE_THREAD/.test(d)),
+    );
+    assert.ok(denied(NOTHING).some((d) => d.startsWith("fork ")));
+    const run = { ...NOTHING, run: ["ls"] };
+    assert.ok(denied(run).includes("prctl with PR_SET_PDEATHSIG"));
+    assert.ok(
+      !denied(run).some((d) => /^(fork|vfork) |without CLONE_THREAD/.test(d)),
+    );
+    assert.ok(!seccompDenials(NOTHING).some((d) => d.name === "prctl"));
   });
 
   test("seccompDenials() lists what the filter refuses, socket rule by grant", () => {

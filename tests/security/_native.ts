@@ -21,6 +21,9 @@ const SYMBOLS: Record<string, [string[], string]> = {
   chown: [["buffer", "u32", "u32"], "i32"],
   setxattr: [["buffer", "buffer", "buffer", "u64", "i32"], "i32"],
   system: [["buffer"], "i32"],
+  prctl: [["i32", "u64", "u64", "u64", "u64"], "i32"],
+  fork: [[], "i32"],
+  "_exit": [["i32"], "void"],
   "__errno_location": [[], "pointer"],
 };
 

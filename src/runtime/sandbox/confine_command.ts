@@ -115,6 +115,13 @@ export interface ConfineSpecOptions {
    */
   pathMetadata?: boolean;
   /**
+   * Whether the filter keeps the worker from outliving its parent by
+   * itself (where Landlock is alone: see `SeccompFilterOptions.parentDeath`).
+   *
+   * @default {false}
+   */
+  parentDeath?: boolean;
+  /**
    * Whether the filter allows routing netlink without `net` (a network
    * namespace of the worker's own: see `SeccompFilterOptions.routeNetlink`).
    *
@@ -213,6 +220,7 @@ export function confineSpec(options: ConfineSpecOptions): ConfineSpec {
           arch,
           pathMetadata: options.pathMetadata === true,
           routeNetlink: options.routeNetlink === true,
+          parentDeath: options.parentDeath === true,
         }),
       ).toString("base64")
       : "",

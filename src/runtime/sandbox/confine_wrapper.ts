@@ -174,6 +174,8 @@ export function landlockWrapper(options: LandlockWrapperOptions): Wrapper {
         landlockAbi: options.support.landlockAbi,
         seccomp: options.support.seccomp,
         pathMetadata: options.alone === true,
+        // Alone, no pid namespace ends the worker's tree with the parent.
+        parentDeath: options.alone === true,
         // Inside bubblewrap, a worker without net has a network namespace
         // of its own (only its loopback): listing it is allowed.
         routeNetlink: options.alone !== true,

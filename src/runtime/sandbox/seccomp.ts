@@ -195,6 +195,13 @@ const PATH_METADATA: ReadonlyArray<
 const UTIMENSAT: Record<SeccompArch, number> = { "x86_64": 280, aarch64: 88 };
 const CLONE: Record<SeccompArch, number> = { "x86_64": 56, aarch64: 220 };
 const CLONE3 = 435;
+const PRCTL: Record<SeccompArch, number> = { "x86_64": 157, aarch64: 167 };
+/** `prctl()`'s option that sets (or clears) the parent-death signal. */
+const PR_SET_PDEATHSIG = 1;
+/** x86_64's `fork` and `vfork` (aarch64 has only `clone`). */
+const FORKS: readonly [string, number][] = [["fork", 57], ["vfork", 58]];
+/** The `clone()` flag of a thread (a process without it is a new one). */
+const CLONE_THREAD = 0x00010000;
 
 /** Options of {@linkcode seccompFilter}. */
 export interface SeccompFilterOptions {
@@ -226,6 +233,19 @@ export interface SeccompFilterOptions {
    * @default {false}
    */
   routeNetlink?: boolean;
+  /**
+   * Whether the worker must not outlive its parent by itself: where
+   * Landlock is alone, no pid namespace ends its tree with the parent, only
+   * the parent-death signal `setpriv` set. Then `prctl(PR_SET_PDEATHSIG)`
+   * is refused (a worker cleared the signal, ignored its stdin's end and
+   * lived on after its parent's SIGKILL), and, without a `run` grant, every
+   * new process (`fork`, `vfork`, `clone` without `CLONE_THREAD`: a child
+   * has no parent-death signal). With `run`, its programs' children can
+   * outlive it (docs/permissions.md).
+   *
+   * @default {false}
+   */
+  parentDeath?: boolean;
 }
 
 /**
@@ -262,7 +282,10 @@ export function seccompArch(nodeArch: string): SeccompArch | undefined {
  */
 export function seccompDenials(
   permissions: ResolvedPermissions,
-  options: Pick<SeccompFilterOptions, "pathMetadata" | "routeNetlink"> = {},
+  options: Pick<
+    SeccompFilterOptions,
+    "pathMetadata" | "routeNetlink" | "parentDeath"
+  > = {},
 ): SeccompDenial[] {
   const list: SeccompDenial[] = ALWAYS_DENIED.map(([name]) => ({
     name,
@@ -298,6 +321,23 @@ export function seccompDenials(
       });
     }
     list.push({ name: "utimensat", errno: "EPERM", when: "with a path" });
+  }
+  if (options.parentDeath === true) {
+    list.push({ name: "prctl", errno: "EPERM", when: "with PR_SET_PDEATHSIG" });
+    if (noChildren(permissions, options)) {
+      for (const [name] of FORKS) {
+        list.push({
+          name,
+          errno: "EPERM",
+          when: "always (x86_64), without a run grant",
+        });
+      }
+      list.push({
+        name: "clone",
+        errno: "EPERM",
+        when: "without CLONE_THREAD (a new process), without a run grant",
+      });
+    }
   }
   list.push(
     {
@@ -378,14 +418,7 @@ export function seccompFilter(
     emit(JEQ_K, 0, 1, nr);
     deny(EPERM);
   }
-  emit(JEQ_K, 0, 1, CLONE3);
-  deny(ENOSYS);
-  // clone(flags, ...): refuse namespace flags.
-  emit(JEQ_K, 0, 4, CLONE[arch]);
-  emit(LD_W_ABS, 0, 0, DATA_ARG0);
-  emit(JSET_K, 0, 1, CLONE_NAMESPACE_FLAGS);
-  deny(EPERM);
-  emit(RET_K, 0, 0, RET_ALLOW);
+  processRules(emit, arch, permissions, options);
   // socket(domain, ...).
   const socket = socketRule(permissions);
   if (socket === "none" && options.routeNetlink === true) {
@@ -452,6 +485,56 @@ export function seccompFilter(
     view.setUint32(at + 4, k, true);
   });
   return bytes;
+}
+
+/**
+ * The filter's rules on new processes, the system call number loaded:
+ * `clone3` (ENOSYS), `clone` with namespace flags, and with `parentDeath`
+ * the parent-death signal and (without `run`) every new process.
+ */
+function processRules(
+  emit: (code: number, jt: number, jf: number, k: number) => void,
+  arch: SeccompArch,
+  permissions: ResolvedPermissions,
+  options: Pick<SeccompFilterOptions, "parentDeath">,
+): void {
+  const deny = (errno: number): void => emit(RET_K, 0, 0, RET_ERRNO | errno);
+  emit(JEQ_K, 0, 1, CLONE3);
+  deny(ENOSYS);
+  const noFork = noChildren(permissions, options);
+  if (noFork && arch === "x86_64") {
+    for (const [, nr] of FORKS) {
+      emit(JEQ_K, 0, 1, nr);
+      deny(EPERM);
+    }
+  }
+  // clone(flags, ...): refuse namespace flags (and a new process, noFork).
+  emit(JEQ_K, 0, noFork ? 6 : 4, CLONE[arch]);
+  emit(LD_W_ABS, 0, 0, DATA_ARG0);
+  emit(JSET_K, 0, 1, CLONE_NAMESPACE_FLAGS);
+  deny(EPERM);
+  if (noFork) {
+    emit(JSET_K, 1, 0, CLONE_THREAD);
+    deny(EPERM);
+  }
+  emit(RET_K, 0, 0, RET_ALLOW);
+  if (options.parentDeath === true) {
+    // prctl(PR_SET_PDEATHSIG, ...): the parent-death signal stays.
+    emit(JEQ_K, 0, 4, PRCTL[arch]);
+    emit(LD_W_ABS, 0, 0, DATA_ARG0);
+    emit(JEQ_K, 0, 1, PR_SET_PDEATHSIG);
+    deny(EPERM);
+    emit(RET_K, 0, 0, RET_ALLOW);
+  }
+}
+
+/** Whether the filter refuses new processes (see `parentDeath`). */
+function noChildren(
+  permissions: ResolvedPermissions,
+  options: Pick<SeccompFilterOptions, "parentDeath">,
+): boolean {
+  const run = permissions.run;
+  return options.parentDeath === true && run !== true && run.length === 0;
 }
 
 /** Which sockets the grants allow: none, TCP stream sockets, or all. */
