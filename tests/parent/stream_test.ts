@@ -1,6 +1,6 @@
 // Streaming calls and progress, end to end through sessions, pools and
 // oneShot, on real worker processes (tests/fixtures/stream_worker.ts).
-import { describe, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import dc from "node:diagnostics_channel";
 import {
@@ -48,6 +48,30 @@ async function collect<T>(
   return { values, error: undefined };
 }
 
+/**
+ * A session shared by the tests of one describe: a getter, and the hooks
+ * that start and close it.
+ */
+function sharedSession(): [
+  () => Session<W>,
+  () => Promise<void>,
+  () => Promise<void>,
+] {
+  let current: Session<W> | undefined;
+  return [
+    () => {
+      assert.ok(current, "the shared session started");
+      return current;
+    },
+    async () => {
+      current = await session<W>(worker, captureLog());
+    },
+    async () => {
+      await current?.close();
+    },
+  ];
+}
+
 /** Never called: `deno check` proves the typed proxy's stream types. */
 function streamTypes(s: Session<W>): void {
   const rows: AsyncIterable<Row> = s.rows(1);
@@ -64,8 +88,13 @@ function streamTypes(s: Session<W>): void {
 void streamTypes;
 
 describe("streams in a session", () => {
+  // One session serves the cases that need no fresh process (each uses
+  // tokens of its own); those that kill the worker start their own.
+  const [shared, open, close] = sharedSession();
+  before(open);
+  after(close);
   test("session() proxy streams an async generator's values in order with for await", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const rows = [];
     for await (const row of s.rows(2500)) rows.push(row);
     assert.equal(rows.length, 2500);
@@ -74,14 +103,14 @@ describe("streams in a session", () => {
   });
 
   test("session() stream() iterates a plain generator and an empty one", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const { values } = await collect(s.stream("countSync", [5]));
     assert.deepEqual(values, [0, 1, 2, 3, 4]);
     assert.deepEqual((await collect(s.stream("empty", []))).values, []);
   });
 
   test("session() awaiting a streaming call gives all its values in an array", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     assert.deepEqual(await s.call("countSync", [3]), [0, 1, 2]);
     const rows = await s.rows(3);
     assert.deepEqual(rows.map((row) => row.id), [0, 1, 2]);
@@ -89,7 +118,7 @@ describe("streams in a session", () => {
   });
 
   test("session() iterating a call that returned a plain value fails with a TypeError", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const { values, error } = await collect(s.stream("plain", []));
     assert.deepEqual(values, []);
     assert.ok(error instanceof TypeError, String(error));
@@ -97,7 +126,7 @@ describe("streams in a session", () => {
   });
 
   test("session() stream keeps the worker at most a window ahead of the consumer", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const tag = token();
     const iterator = s.stream("endless", [tag], { windowItems: 16 })[
       Symbol.asyncIterator
@@ -131,7 +160,7 @@ describe("streams in a session", () => {
   });
 
   test("session() break ends the stream: the generator's finally runs in the worker", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const tag = token();
     for await (const value of s.endless(tag)) {
       if (value === 10) break;
@@ -145,7 +174,7 @@ describe("streams in a session", () => {
   });
 
   test("session() aborting a stream's signal rejects next() with the reason and runs finally", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const tag = token();
     const controller = new AbortController();
     const reason = new Error("enough");
@@ -174,7 +203,7 @@ describe("streams in a session", () => {
   });
 
   test("session() an error thrown mid-stream rejects next() with RemoteError after the values", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const { values, error } = await collect(s.failAfter(3));
     assert.deepEqual(values, [0, 1, 2]);
     assert.ok(error instanceof RemoteError, String(error));
@@ -229,7 +258,7 @@ describe("streams in a session", () => {
   });
 
   test("session() timeoutMs bounds the gap between values, not the consumer's time", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const { values, error } = await collect(
       s.stream("hangAfter", [2], { timeoutMs: 400 }),
     );
@@ -248,7 +277,7 @@ describe("streams in a session", () => {
   });
 
   test("session() totalTimeoutMs bounds the whole stream", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const started = Date.now();
     const { values, error } = await collect(
       s.stream("slow", [1000, 20], { totalTimeoutMs: 400 }),
@@ -261,8 +290,11 @@ describe("streams in a session", () => {
 });
 
 describe("progress", () => {
+  const [shared, open, close] = sharedSession();
+  before(open);
+  after(close);
   test("call() onProgress receives throttled reports, the last one before the answer", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const reports: unknown[] = [];
     const value = await s.call("report", [10_000], {
       onProgress: (report) => reports.push(report),
@@ -273,7 +305,7 @@ describe("progress", () => {
   });
 
   test("call() onProgress sees every report spaced wider than the throttle, and may throw", async () => {
-    await using s = await session<W>(worker, captureLog());
+    const s = shared();
     const reports: unknown[] = [];
     const value = await s.call("reportSlowly", [4, 80], {
       onProgress: (report) => {
