@@ -18,7 +18,7 @@
 //    and grants: across oneShot calls, restarts and pool recycling (and, with
 //    Deno's emit and V8 caches, code). Fixed: workers get it read-only; the
 //    parent fills it with a warm-up start that has no grants.
-import { after, describe, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   existsSync,
@@ -65,11 +65,6 @@ after(() => root[Symbol.dispose]());
 const cache = root.join("xdg-cache");
 mkdirSync(cache);
 process.env.XDG_CACHE_HOME = cache;
-// The Bun bundle built per process (where the checked-in one does not
-// match its sources) is the one a worker of another program could reach in
-// the temporary directory: these tests attack that one. The checked-in one
-// lies in airlock's tree (tests/security/bun_bundle_test.ts).
-process.env[BUILD_BUN_ENTRY_ENV] = "1";
 const secrets = root.join("secrets");
 mkdirSync(secrets);
 writeFileSync(root.join("secrets", "s.txt"), "TOPSECRET");
@@ -111,6 +106,19 @@ async function bundlePath(): Promise<string> {
 }
 
 describe("the Bun entry bundle", { skip: sandboxSkip() }, () => {
+  // The Bun bundle built per process (where the checked-in one does not
+  // match its sources) is the one a worker of another program could reach
+  // in the temporary directory: these tests attack that one. The checked-in
+  // one lies in airlock's tree (tests/security/bun_bundle_test.ts).
+  let saved: string | undefined;
+  before(() => {
+    saved = process.env[BUILD_BUN_ENTRY_ENV];
+    process.env[BUILD_BUN_ENTRY_ENV] = "1";
+  });
+  after(() => {
+    if (saved === undefined) delete process.env[BUILD_BUN_ENTRY_ENV];
+    else process.env[BUILD_BUN_ENTRY_ENV] = saved;
+  });
   test("a bundle planted by a worker of another process is not run", async () => {
     // The bundle is built per process into a private directory; a worker of
     // another program granted write on the temporary directory could still
