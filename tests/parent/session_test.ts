@@ -3,7 +3,7 @@
 // close, start failures of real modules, environment, cwd, output, runtimes).
 // The scheduling cases that need none run in memory:
 // session_scheduling_test.ts.
-import { describe, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,6 +14,7 @@ import {
   type OneShotOptions,
   type PoolOptions,
   RemoteError,
+  type Session,
   session,
   SessionClosedError,
   type SessionOptions,
@@ -90,6 +91,20 @@ describe("session() options types", () => {
 });
 
 describe("session() calls", needsWorkers(), () => {
+  // The cases after the first (which reads a fresh worker's stats) need no
+  // fresh process: one session serves those of them on the typed proxy.
+  let shared: Session<typeof behaviour> | undefined;
+  before(async () => {
+    shared = await session<typeof behaviour>(worker, captureLog());
+  });
+  after(async () => {
+    await shared?.close();
+  });
+  const sharedSession = (): Session<typeof behaviour> => {
+    assert.ok(shared, "the shared session started");
+    return shared;
+  };
+
   test("session() resolves ready with a pid and serves typed calls", async () => {
     await using s = await session<typeof behaviour>(worker, captureLog());
     assert.equal(typeof s.pid, "number");
@@ -106,7 +121,7 @@ describe("session() calls", needsWorkers(), () => {
   });
 
   test("session() carries rich values both ways", async () => {
-    await using s = await session<typeof behaviour>(worker, captureLog());
+    const s = sharedSession();
     const value = {
       date: new Date(1_700_000_000_123),
       map: new Map<unknown, unknown>([[1, "one"], ["k", [1n]]]),
@@ -130,7 +145,7 @@ describe("session() calls", needsWorkers(), () => {
   });
 
   test("session() rejects a RemoteError keeping name, message, code, properties, cause and stack", async () => {
-    await using s = await session<typeof behaviour>(worker, captureLog());
+    const s = sharedSession();
     const error = await s.throwCustom().then(() => undefined, (e) => e);
     assert.ok(error instanceof RemoteError);
     assert.ok(error instanceof AirlockError);
@@ -158,7 +173,7 @@ describe("session() calls", needsWorkers(), () => {
   });
 
   test("session() refuses an argument that cannot cross, naming where it sits, and stays usable", async () => {
-    await using s = await session<typeof behaviour>(worker, captureLog());
+    const s = sharedSession();
     const error = await s.call("echo", [{ onDone: () => 1 }]).then(
       () => undefined,
       (e) => e,
