@@ -6,9 +6,10 @@
 // which follows whatever is there by then: a mark swapped for a FIFO after
 // the check held the parent in a read that never returned (its event loop
 // with it), a link to /dev/zero or a huge file would fill its memory, and
-// the kept probes had no size bound at all. Fixed: private_file.ts opens
-// the record once (O_NOFOLLOW | O_NONBLOCK), checks that descriptor and
-// reads at most its bound.
+// the kept probes had no size bound at all; the warm-up's stuck mark was
+// read by path with no check at all (a FIFO there held the start). Fixed:
+// private_file.ts opens the record once (O_NOFOLLOW | O_NONBLOCK), checks
+// that descriptor and reads at most its bound.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
@@ -18,6 +19,7 @@ import {
   existsSync,
   mkdirSync,
   readFileSync,
+  rmSync,
   utimesSync,
   writeFileSync,
 } from "node:fs";
@@ -33,6 +35,7 @@ import {
   warmMarkCurrent,
 } from "../../src/runtime/launch/warm_mark.ts";
 import { readPrivateFile } from "../../src/runtime/private_file.ts";
+import { STUCK_MARK } from "../../src/runtime/launch/code_cache.ts";
 
 const root = scratchDir("parent-records");
 after(() => root[Symbol.dispose]());
@@ -120,6 +123,21 @@ describe("the parent's own records", () => {
       swapper.kill("SIGKILL");
       await ended;
     }
+  });
+
+  test("a FIFO in the place of the code cache's stuck mark never holds a start", () => {
+    const cache = root.join("stuck");
+    mkdirSync(cache, { mode: 0o700 });
+    const mark = join(cache, STUCK_MARK);
+    writeFileSync(mark, String(Date.now()), { mode: 0o600 });
+    const ask = () =>
+      JSON.parse(runFixture("security/warm_mark_swap.ts", ["stuck", cache]));
+    assert.deepEqual(ask(), { stuck: true });
+    // A FIFO no one writes: read by path, the ask never returned (the
+    // fixture's timeout kills it and fails this test).
+    rmSync(mark);
+    execFileSync("mkfifo", ["-m", "0600", mark]);
+    assert.deepEqual(ask(), { stuck: false });
   });
 
   test(

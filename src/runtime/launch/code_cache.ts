@@ -32,9 +32,9 @@ import {
   lstat,
   lstatSync,
   mkdirSync,
+  process,
   readdir,
   readdirSync,
-  readFileSync,
   readlinkSync,
   renameSync,
   rm,
@@ -43,6 +43,7 @@ import {
   writeFileSync,
 } from "../node_builtins.ts";
 import { sha256Hex } from "../sha256.ts";
+import { readPrivateFile } from "../private_file.ts";
 
 /** The subdirectory of the parent's `DENO_DIR` holding the private caches. */
 export const CODE_CACHE_DIR = "airlock-code";
@@ -275,12 +276,18 @@ export function warmUpStuckRecently(
   dir: string,
   now: number = Date.now(),
 ): boolean {
-  let at: number;
+  let uid: number | undefined;
   try {
-    at = Number(readFileSync(join(dir, STUCK_MARK), "utf8"));
+    uid = process.effectiveUid();
   } catch {
     return false;
   }
+  if (uid === undefined) return false;
+  // Opened once, no link followed, never blocking (a FIFO planted in its
+  // place held the start's warm-up for ever), and bounded.
+  const text = readPrivateFile(join(dir, STUCK_MARK), 64, uid);
+  if (text === undefined) return false;
+  const at = Number(text);
   return Number.isFinite(at) && now >= at && now - at < STUCK_RETRY_MS;
 }
 
