@@ -20,8 +20,21 @@
 // --no-check. The closing lines sum up each runner in the form it prints
 // itself (Deno: "ok | N passed (M steps) | K failed", Bun: " N pass",
 // " K fail"), which .ci/run parses, then name the slowest files.
+//
+// AIRLOCK_TEST_CPU=1 adds each test process's CPU time to its line, and
+// the sum to the last: from a cgroup v1 cpuacct group of its own where this
+// may make one (root), which counts the sandboxed workers too; else from
+// /usr/bin/time, which misses those reaped inside their pid namespace.
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+} from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -88,17 +101,76 @@ function testFiles(dir) {
 let timed = 0;
 
 /**
+ * The cgroup v1 cpuacct hierarchy, when this process may make groups in it
+ * (root, as in CI). Its figure counts every process under a test process,
+ * sandboxed workers reaped inside their pid namespace included (airlock's
+ * own limits move workers in the memory and pids hierarchies only), which
+ * /usr/bin/time misses: a file whose workers spin showed a tenth of its
+ * CPU that way.
+ */
+const CPUACCT = "/sys/fs/cgroup/cpuacct";
+
+function cpuacctUsable() {
+  try {
+    accessSync(join(CPUACCT, "cpuacct.usage"), constants.R_OK);
+    accessSync(CPUACCT, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** How AIRLOCK_TEST_CPU=1 measures: "cgroup", "time", or undefined. */
+const cpuBy = process.env.AIRLOCK_TEST_CPU === "1"
+  ? (cpuacctUsable() ? "cgroup" : "time")
+  : undefined;
+
+/** Spawns `program` in a fresh cpuacct group `group`. */
+function spawnInGroup(group, program, args) {
+  mkdirSync(group);
+  return spawn(
+    "/bin/sh",
+    [
+      "-c",
+      'echo $$ > "$0/cgroup.procs" && exec "$@"',
+      group,
+      program,
+      ...args,
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+}
+
+/** The CPU seconds group `group` used; removes it. */
+function groupCpu(group) {
+  try {
+    return Number(readFileSync(join(group, "cpuacct.usage"), "utf8")) / 1e9;
+  } catch {
+    return undefined;
+  } finally {
+    try {
+      rmdirSync(group);
+    } catch {
+      // A process still in it (the group stays; it is empty once they end).
+    }
+  }
+}
+
+/**
  * Runs `program`; resolves with its exit status, output, wall time and,
- * with AIRLOCK_TEST_CPU=1, the CPU time of it and its children (measured by
- * /usr/bin/time).
+ * with AIRLOCK_TEST_CPU=1, the CPU time of it and everything under it
+ * (from a cpuacct cgroup of its own where that can be made, else from
+ * /usr/bin/time, which misses the workers reaped in their pid namespace).
  */
 function run(program, args) {
   return new Promise((resolve) => {
     const begun = Date.now();
-    const cpuFile = process.env.AIRLOCK_TEST_CPU === "1"
-      ? join(tmpdir(), `airlock-test-cpu-${process.pid}-${timed++}`)
-      : undefined;
-    const child = cpuFile === undefined
+    const name = `airlock-test-cpu-${process.pid}-${timed++}`;
+    const cpuFile = cpuBy === "time" ? join(tmpdir(), name) : undefined;
+    const group = cpuBy === "cgroup" ? join(CPUACCT, name) : undefined;
+    const child = group !== undefined
+      ? spawnInGroup(group, program, args)
+      : cpuFile === undefined
       ? spawn(program, args, { stdio: ["ignore", "pipe", "pipe"] })
       : spawn(
         "/usr/bin/time",
@@ -114,7 +186,7 @@ function run(program, args) {
       chunks.push(Buffer.from(`cannot run ${program}: ${error.message}\n`));
     });
     child.on("close", (code, signal) => {
-      let cpu;
+      let cpu = group === undefined ? undefined : groupCpu(group);
       if (cpuFile !== undefined) {
         try {
           const [user, system] = readFileSync(cpuFile, "utf8").trim()
@@ -320,6 +392,12 @@ process.stdout.write(
   `slowest: ${
     slowest.map((r) => `${r.runner} ${r.label} ${r.seconds.toFixed(0)} s`)
       .join(", ")
-  }\nwhole suite: ${seconds} s wall, ${limit} test processes at once\n`,
+  }\nwhole suite: ${seconds} s wall, ${limit} test processes at once${
+    cpuBy === undefined
+      ? ""
+      : `, ${
+        results.reduce((sum, result) => sum + (result.cpu ?? 0), 0).toFixed(0)
+      } s CPU (by ${cpuBy})`
+  }\n`,
 );
 process.exit(failedAny ? 1 : 0);
