@@ -50,6 +50,7 @@ import {
   loadSpawnBuiltins,
   mkdirSync,
   mkdtempSync,
+  process,
   readFileSync,
   rmSync,
   spawn,
@@ -58,6 +59,7 @@ import {
   writeFileSync,
 } from "./node_builtins.ts";
 import { nextTurn } from "./turns.ts";
+import { readPrivateBytes } from "./private_file.ts";
 import { BUN_ENTRY_BUNDLE } from "./_bun_entry_bundle.ts";
 
 /** A built bundle and the SHA-256 of what was built. */
@@ -322,6 +324,19 @@ function stampOf(file: string): { stamp: string; settled: boolean } {
  * changed bundle from running is the loader, which hashes the very bytes it
  * runs against the parent's hash and refuses others (that start fails).
  */
+function isPrivate(file: string): boolean {
+  return privateDir !== undefined && file.startsWith(`${privateDir}/`);
+}
+
+/** This process's effective uid (-1, owner of nothing, where there is none). */
+function ownUid(): number {
+  try {
+    return process.effectiveUid() ?? -1;
+  } catch {
+    return -1;
+  }
+}
+
 function intact(built: BunEntryBundle): boolean {
   try {
     const { stamp, settled } = stampOf(built.file);
@@ -331,7 +346,14 @@ function intact(built: BunEntryBundle): boolean {
       kept !== undefined && kept.stamp === stamp &&
       now - kept.at < REHASH_EVERY_MS
     ) return true;
-    if (sha256(readFileSync(built.file)) !== built.sha256) return false;
+    // One this process built lies in its private directory, which a worker
+    // of another program granted write on the temporary directory may
+    // still write: read without following a link or blocking (a FIFO put
+    // in its place held the parent), this user's, bounded.
+    const bytes = isPrivate(built.file)
+      ? readPrivateBytes(built.file, MAX_BUNDLE_BYTES, ownUid())
+      : readFileSync(built.file);
+    if (bytes === undefined || sha256(bytes) !== built.sha256) return false;
     // Stamped before reading: a write during the read changes the stamp.
     if (settled) verified.set(built.file, { stamp, at: now });
     return true;

@@ -48,6 +48,23 @@ export function readPrivateFile(
   maxBytes: number,
   uid: number,
 ): string | undefined {
+  const bytes = readPrivateBytes(path, maxBytes, uid);
+  return bytes === undefined ? undefined : new TextDecoder().decode(bytes);
+}
+
+/**
+ * The bytes of `path`, on the terms of {@linkcode readPrivateFile}.
+ *
+ * @param path An absolute path.
+ * @param maxBytes The most bytes the file may have.
+ * @param uid The user who must own it.
+ * @returns The bytes, or `undefined`.
+ */
+export function readPrivateBytes(
+  path: string,
+  maxBytes: number,
+  uid: number,
+): Uint8Array | undefined {
   const { closeSync, constants, fstatSync, openSync, readSync } = fs();
   let fd: number;
   try {
@@ -72,7 +89,7 @@ export function readPrivateFile(
     }
     // Longer than at the fstat: it changed while read.
     if (length > stat.size) return undefined;
-    return new TextDecoder().decode(buffer.subarray(0, length));
+    return buffer.subarray(0, length);
   } catch {
     return undefined;
   } finally {

@@ -19,13 +19,14 @@ import {
   existsSync,
   mkdirSync,
   readFileSync,
+  realpathSync,
   rmSync,
   utimesSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { fixture, scratchDir } from "../_helpers/files.ts";
 import { RUNTIME } from "../_helpers/runtime.ts";
 import { needs } from "../_helpers/tools.ts";
@@ -138,6 +139,18 @@ describe("the parent's own records", () => {
     rmSync(mark);
     execFileSync("mkfifo", ["-m", "0600", mark]);
     assert.deepEqual(ask(), { stuck: false });
+  });
+
+  test("a FIFO in the place of the per-process bun bundle never holds the parent", () => {
+    const bun = realpathSync(
+      fileURLToPath(new URL("../../node_modules/.bin/bun", import.meta.url)),
+    );
+    // Before, the check read it by path: the ask never returned (the
+    // fixture's timeout kills it and fails this test).
+    assert.deepEqual(
+      JSON.parse(runFixture("security/bundle_fifo.ts", [bun])),
+      { built: true, after: false },
+    );
   });
 
   test(
