@@ -4,7 +4,7 @@
  * @module
  */
 
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import "./deno_dir.ts";
@@ -58,4 +58,18 @@ export function scratchDir(name = "test"): ScratchDir {
       rmSync(path, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Writes a file as an edit long settled would leave it: its modification
+ * time a minute in the past (a warm mark records a file modified during its
+ * warm-up as unsettled, and a test's processes start within a second).
+ *
+ * @param path The file.
+ * @param text Its contents.
+ */
+export function writeSettled(path: string, text: string): void {
+  writeFileSync(path, text);
+  const past = new Date(Date.now() - 60_000);
+  utimesSync(path, past, past);
 }

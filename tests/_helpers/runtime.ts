@@ -11,6 +11,20 @@ import "./deno_dir.ts";
 export const RUNTIME: "deno" | "bun" =
   typeof (globalThis as { Bun?: unknown }).Bun === "object" ? "bun" : "deno";
 
+/**
+ * The arguments that run a script with this runtime's binary
+ * (`process.execPath`): as it is on Bun, with every permission on Deno.
+ *
+ * @param script The script's path.
+ * @param args Its arguments.
+ * @returns The arguments, the binary not included.
+ */
+export function scriptArgs(script: string, ...args: string[]): string[] {
+  return RUNTIME === "bun"
+    ? [script, ...args]
+    : ["run", "-A", "--quiet", script, ...args];
+}
+
 /** The other runtime. */
 export const OTHER_RUNTIME: "deno" | "bun" = RUNTIME === "bun" ? "deno" : "bun";
 

@@ -7,18 +7,12 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import {
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  utimesSync,
-  writeFileSync,
-} from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { fixture, scratchDir } from "../_helpers/files.ts";
-import { RUNTIME } from "../_helpers/runtime.ts";
+import { fixture, scratchDir, writeSettled } from "../_helpers/files.ts";
+import { scriptArgs } from "../_helpers/runtime.ts";
 import { needsSandbox } from "../_helpers/tools.ts";
 import {
   markWarm,
@@ -31,17 +25,6 @@ after(() => root[Symbol.dispose]());
 // A Deno cache of this file's own, so that its caches are easy to find.
 const denoDir = root.join("deno");
 mkdirSync(denoDir);
-
-/**
- * Writes a file as an edit long settled would leave it (its modification
- * time in the past: a mark records a file modified during its warm-up as
- * unsettled, and this file's processes start within a second).
- */
-function writeSettled(path: string, text: string): void {
-  writeFileSync(path, text);
-  const past = new Date(Date.now() - 60_000);
-  utimesSync(path, past, past);
-}
 
 /** A worker module `name.ts` whose `value()` is its dependency's word. */
 function project(name: string, word: string): { module: URL; dep: string } {
@@ -67,9 +50,7 @@ function freshParent(module: URL): { value: string; warmUps: number } {
   const script = fixture("start/warm_up_parent.ts").pathname;
   const out = execFileSync(
     process.execPath,
-    RUNTIME === "bun"
-      ? [script, module.href]
-      : ["run", "-A", "--quiet", script, module.href],
+    scriptArgs(script, module.href),
     {
       encoding: "utf8",
       env: { ...process.env, NO_COLOR: "1", DENO_DIR: denoDir },

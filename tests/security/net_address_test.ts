@@ -17,7 +17,7 @@ import process from "node:process";
 import type { NetConnectionEvent } from "../../diagnostics.ts";
 import { fixture } from "../_helpers/files.ts";
 import { checkNoLeaks } from "../_helpers/processes.ts";
-import { RUNTIME } from "../_helpers/runtime.ts";
+import { RUNTIME, scriptArgs } from "../_helpers/runtime.ts";
 import { needs } from "../_helpers/tools.ts";
 
 checkNoLeaks();
@@ -56,9 +56,7 @@ function runParent(env: Record<string, string>): Promise<Report> {
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
-      RUNTIME === "bun"
-        ? [script, ...args]
-        : ["run", "-A", "--quiet", script, ...args],
+      scriptArgs(script, ...args),
       {
         encoding: "utf8",
         env: { ...process.env, NO_COLOR: "1", ...env },

@@ -13,7 +13,7 @@ import { spawn } from "node:child_process";
 import process from "node:process";
 import { fixture } from "../_helpers/files.ts";
 import { isAlive } from "../_helpers/processes.ts";
-import { RUNTIME } from "../_helpers/runtime.ts";
+import { RUNTIME, scriptArgs } from "../_helpers/runtime.ts";
 import { until } from "../_helpers/wait.ts";
 import { sandboxSkip } from "./_sandbox.ts";
 
@@ -30,7 +30,7 @@ describe("a worker that tries to outlive its parent", {
     const script = fixture("security/outlive_parent.ts").pathname;
     const parent = spawn(
       process.execPath,
-      RUNTIME === "bun" ? [script] : ["run", "-A", "--quiet", script],
+      scriptArgs(script),
       { stdio: ["ignore", "pipe", "inherit"], env: process.env },
     );
     const exited = new Promise<void>((resolve) =>

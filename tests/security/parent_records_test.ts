@@ -21,14 +21,13 @@ import {
   readFileSync,
   realpathSync,
   rmSync,
-  utimesSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { fixture, scratchDir } from "../_helpers/files.ts";
-import { RUNTIME } from "../_helpers/runtime.ts";
+import { fixture, scratchDir, writeSettled } from "../_helpers/files.ts";
+import { scriptArgs } from "../_helpers/runtime.ts";
 import { needs } from "../_helpers/tools.ts";
 import {
   markWarm,
@@ -50,9 +49,7 @@ function runFixture(
   const path = fixture(script).pathname;
   const out = execFileSync(
     process.execPath,
-    RUNTIME === "bun"
-      ? [path, ...args]
-      : ["run", "-A", "--quiet", path, ...args],
+    scriptArgs(path, ...args),
     {
       encoding: "utf8",
       env: { ...process.env, NO_COLOR: "1", ...env },
@@ -85,9 +82,7 @@ describe("the parent's own records", () => {
     const cache = root.join("cache");
     mkdirSync(cache, { mode: 0o700 });
     const source = root.join("source.ts");
-    writeFileSync(source, "export {};\n");
-    const past = new Date(Date.now() - 60_000);
-    utimesSync(source, past, past);
+    writeSettled(source, "export {};\n");
     markWarm(cache, [source], Date.now());
     assert.equal(warmMarkCurrent(cache, [source]), true);
     // A valid mark and a FIFO no one writes, put in the mark's place in
@@ -99,9 +94,7 @@ describe("the parent's own records", () => {
     const script = fixture("security/warm_mark_swap.ts").pathname;
     const swapper = spawn(
       process.execPath,
-      RUNTIME === "bun"
-        ? [script, "swap", cache, file, fifo, "60"]
-        : ["run", "-A", "--quiet", script, "swap", cache, file, fifo, "60"],
+      scriptArgs(script, "swap", cache, file, fifo, "60"),
       { stdio: "ignore" },
     );
     const ended = new Promise<void>((resolve) =>

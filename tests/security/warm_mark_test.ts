@@ -18,14 +18,13 @@ import {
   readFileSync,
   renameSync,
   symlinkSync,
-  utimesSync,
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { fixture, scratchDir } from "../_helpers/files.ts";
-import { RUNTIME } from "../_helpers/runtime.ts";
+import { fixture, scratchDir, writeSettled } from "../_helpers/files.ts";
+import { scriptArgs } from "../_helpers/runtime.ts";
 import { needsSandbox } from "../_helpers/tools.ts";
 import {
   markWarm,
@@ -43,13 +42,6 @@ import {
 
 const root = scratchDir("warm-mark-trust");
 after(() => root[Symbol.dispose]());
-
-/** Writes a file with a modification time long past. */
-function writeSettled(path: string, text: string): void {
-  writeFileSync(path, text);
-  const past = new Date(Date.now() - 60_000);
-  utimesSync(path, past, past);
-}
 
 /** A cache directory with a current mark recording one source. */
 function markedCache(name: string): { cache: string; source: string } {
@@ -159,9 +151,7 @@ export default defineWorker({ value: () => "own code" });
       const url = pathToFileURL(module).href;
       const out = execFileSync(
         process.execPath,
-        RUNTIME === "bun"
-          ? [script, url]
-          : ["run", "-A", "--quiet", script, url],
+        scriptArgs(script, url),
         {
           encoding: "utf8",
           env: { ...process.env, NO_COLOR: "1", DENO_DIR: denoDir },
