@@ -13,13 +13,8 @@ import {
   join,
   statSync,
 } from "../runtime/node_builtins.ts";
-import type { Permissions } from "../runtime/permissions.ts";
-import {
-  KINDS,
-  packageDir,
-  permissionsFromAudit,
-  shorten,
-} from "./learn_audit.ts";
+import { PERMISSION_KINDS, type Permissions } from "../runtime/permissions.ts";
+import { packageDir, permissionsFromAudit, shorten } from "./learn_audit.ts";
 
 /** One entry of a suggestion: a kind and one scope of it. */
 export type Entry = { permission: string; value: string };
@@ -50,7 +45,7 @@ function codePath(path: string): boolean {
 
 export function entriesOf(permissions: Permissions, cwd: string): Entry[] {
   const entries: Entry[] = [];
-  for (const kind of KINDS) {
+  for (const kind of PERMISSION_KINDS) {
     // A variable given in `env` is readable without a grant and one not
     // given is absent (deno_command.ts): an env grant is never needed.
     if (kind === "env") continue;
@@ -89,7 +84,7 @@ export function permissionsOf(
   all: Set<string>,
 ): Permissions {
   const permissions: Permissions = {};
-  for (const kind of KINDS) {
+  for (const kind of PERMISSION_KINDS) {
     if (all.has(kind)) {
       permissions[kind] = true;
       continue;

@@ -23,7 +23,7 @@ import {
   tmpdir,
 } from "../runtime/node_builtins.ts";
 import { detect } from "../runtime/detect.ts";
-import type { Permissions } from "../runtime/permissions.ts";
+import { PERMISSION_KINDS, type Permissions } from "../runtime/permissions.ts";
 import { grantInHint } from "./_hints.ts";
 import {
   dataGrants,
@@ -38,7 +38,6 @@ import {
   WIDE_KINDS,
 } from "./_learn_entries.ts";
 import {
-  KINDS,
   type LearnedAccess,
   packageDir,
   permissionsFromAudit,
@@ -542,7 +541,7 @@ async function removeUnneeded(
       removed.push(...probes);
     }
   }
-  for (const kind of KINDS.filter((k) => all.has(k))) {
+  for (const kind of PERMISSION_KINDS.filter((k) => all.has(k))) {
     checkRunsLeft(learning, undefined);
     all.delete(kind);
     if (await attempt(learning, learning.entries) === undefined) {

@@ -7,7 +7,7 @@
  */
 
 import { isAbsolute, relative } from "../runtime/node_builtins.ts";
-import type { Permissions } from "../runtime/permissions.ts";
+import { PERMISSION_KINDS, type Permissions } from "../runtime/permissions.ts";
 
 /** One permission check Deno recorded. */
 export interface LearnedAccess {
@@ -25,17 +25,6 @@ const OWN_ENV = new Set([
   "DENO_DISABLE_NODE_SHIM",
   "NO_COLOR",
 ]);
-
-/** The kinds of a `permissions` object, in the order a suggestion lists them. */
-export const KINDS: readonly [
-  "read",
-  "write",
-  "net",
-  "env",
-  "run",
-  "ffi",
-  "sys",
-] = ["read", "write", "net", "env", "run", "ffi", "sys"] as const;
 
 /**
  * Turns Deno's audit log (one JSON object a line: `{ permission, value }`)
@@ -93,7 +82,7 @@ export function permissionsFromAudit(
     accesses.push({ permission, value });
   }
   const permissions: Permissions = {};
-  for (const kind of KINDS) {
+  for (const kind of PERMISSION_KINDS) {
     const values = accesses.filter((access) => access.permission === kind)
       .map((access) =>
         (kind === "read" || kind === "write" || kind === "ffi") &&
