@@ -55,10 +55,14 @@ const START_CODE_PARTS: readonly (() => Promise<unknown>)[] = [
   () => import("../runtime/launch/command.ts"),
 ];
 
+/** How many of {@linkcode START_CODE_PARTS} are imported (for tests). */
+let startCodePartsLoaded = 0;
+
 /** The real import of the start code, part by part. */
 async function importStartCodeInParts(): Promise<StartCode> {
   for (const part of START_CODE_PARTS) {
     await part();
+    startCodePartsLoaded++;
     await nextTurn();
   }
   return import("./_start_worker.ts");
@@ -89,6 +93,16 @@ function loadStartCode(): Promise<StartCode> {
  */
 export async function loadStartCodeForTest(): Promise<void> {
   await loadStartCode();
+}
+
+/**
+ * How many parts of the start code the first start has imported so far
+ * (for tests that watch the loop's turns between them).
+ *
+ * @returns The count.
+ */
+export function startCodePartsLoadedForTest(): number {
+  return startCodePartsLoaded;
 }
 
 /**

@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "5ac58249b870e43593455665a1a18ae011f1180be6be0956f3bde1501fe6003d",
+  sha256: "51caa62d988290fa9ddab9654a7f84cb59710d18e46431d99fe80a60924a8ea3",
   bun: "1.4.5",
   sources: [
     [
@@ -110,7 +110,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/runtime/turns.ts",
-      "16f90c72f37003ed25b544d86706e7e7c829aee06c2359c8bcbab67d64e33123",
+      "3acddba4da696a15ee9ce7150922b3c046ba9e95d59fce1e1e45ad9f0b2b9527",
     ],
     [
       "src/worker/_outbox.ts",
