@@ -789,7 +789,8 @@ Measurements that shaped a piece of the code, taken once on the 2-core CI machin
 | \`src/runtime/bun.ts\` | the gated stream class made on first use | Deno's web streams: ~3 ms of a Deno program's start |
 | \`src/runtime/bun_entry.ts\` | the Bun entry bundled minified, ahead (checked in); built per process, in the background, only where it does not match | import: 3.6 to 3.7 ms of CPU unminified, 3.1 ms minified; a synchronous build held the parent 40 to 100 ms; the per-process build and an unbundled first worker: ~70 ms of a Bun CLI's CPU (first_start.ts, median 287 → 215 ms, load 3) |
 | \`src/runtime/launch/code_cache.ts\` | no warm-up start while the sources in the warm mark are unchanged | a warm-up start: ~110 ms of a Deno CLI's CPU (first_start.ts, median 478 → 366 ms, load 3 to 5) |
-| \`src/runtime/turns.ts\` | the start's turns given by an immediate, not a zero timeout | a chain of \`setTimeout(0)\`: 2.2 to 2.5 ms a turn on Deno, 1.1 ms on Bun (an immediate: 0.025 and 0.006 ms); a CLI with one call (first_start.ts, 10 alternated runs, load 1) median 402 → 330 ms on Deno, 217 → 183 ms on Bun |`;
+| \`src/runtime/turns.ts\` | the start's turns given by an immediate, not a zero timeout | a chain of \`setTimeout(0)\`: 2.2 to 2.5 ms a turn on Deno, 1.1 ms on Bun (an immediate: 0.025 and 0.006 ms); a CLI with one call (first_start.ts, 10 alternated runs, load 1) median 402 → 330 ms on Deno, 217 → 183 ms on Bun |
+| \`src/runtime/sandbox/pid_namespace.ts\` | the shared pid namespace's holder started while the first worker's build goes on | the holder's start: 8 to 17 ms of wall before the first spawn; started ahead, a CLI with one call (first_start.ts, alternated, load 1) median 208 → 192 ms on Bun (20 runs), 365 → 347 ms on Deno (12) |`;
 
 interface Bar {
   label: string;

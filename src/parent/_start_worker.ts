@@ -13,7 +13,10 @@
 import { WorkerStartError, WorkerTimeoutError } from "../errors.ts";
 import type { ChildHandle, RuntimeAdapter } from "../runtime/types.ts";
 import { openTransport } from "../runtime/launch/transport.ts";
-import { buildWorkerCommandYielding } from "../runtime/launch/command.ts";
+import {
+  buildWorkerCommandYielding,
+  type StartAhead,
+} from "../runtime/launch/command.ts";
 import { wrapperFailure } from "../runtime/launch/exit.ts";
 import { warmUpCodeCache } from "../runtime/launch/warm_up.ts";
 import {
@@ -28,6 +31,7 @@ import {
   acquirePidNamespace,
   bindPidNamespace,
   type PidNamespaceLease,
+  startPidNamespaceAhead,
 } from "../runtime/sandbox/pid_namespace.ts";
 import type { CallRecord } from "./_call.ts";
 import {
@@ -228,6 +232,14 @@ function joinedPidNamespace(
   return acquirePidNamespace(adapter, command.pidNamespace, command.module);
 }
 
+/** What a start begins while its command is built: the pid namespace's holder. */
+function startAhead(
+  options: ResolvedWorkerOptions,
+  adapter: RuntimeAdapter,
+): StartAhead {
+  return (tools) => startPidNamespaceAhead(adapter, tools, options.label);
+}
+
 /**
  * The first start's command: the built-ins the start uses, the host facts,
  * the build, and the code cache's warm-up (a start that could not warm up
@@ -247,7 +259,12 @@ async function firstCommand(
   // answers in slices.
   await loadStartBuiltins();
   await prefetchHostFacts(options, adapter);
-  const first = await buildWorkerCommandYielding(options, adapter);
+  const first = await buildWorkerCommandYielding(
+    options,
+    adapter,
+    "read-only",
+    startAhead(options, adapter),
+  );
   await nextTurn();
   const warmed = await warmUpCodeCache(
     options,
@@ -303,14 +320,18 @@ async function launchOnce(
   options: ResolvedWorkerOptions,
   adapter: RuntimeAdapter,
 ): Promise<Launched | { retry: unknown }> {
-  let lease: PidNamespaceLease | undefined;
-  try {
-    lease = await joinedPidNamespace(built, adapter);
-  } catch (error: unknown) {
+  // What the spawn would load in one block, a turn at a time, while the
+  // pid namespace's holder gets ready.
+  const [joined] = await Promise.allSettled([
+    joinedPidNamespace(built, adapter),
+    adapter.prepareSpawn?.(built.spawn),
+  ]);
+  if (joined.status === "rejected") {
     built.limits?.release();
     built.network?.close();
-    return { retry: error };
+    return { retry: joined.reason };
   }
+  const lease = joined.value;
   const command = lease === undefined ? built : {
     ...built,
     spawn: {
@@ -318,8 +339,6 @@ async function launchOnce(
       argv: bindPidNamespace(built.spawn.argv, lease.holderPid),
     },
   };
-  // What the spawn would load in one block, a turn at a time.
-  await adapter.prepareSpawn?.(command.spawn);
   const began = Date.now();
   let child: ChildHandle | undefined;
   if (command.transport !== undefined) {
@@ -455,7 +474,13 @@ export async function startWorker(
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
-    const built = first ?? await buildWorkerCommandYielding(options, adapter);
+    const built = first ??
+      await buildWorkerCommandYielding(
+        options,
+        adapter,
+        "read-only",
+        startAhead(options, adapter),
+      );
     first = undefined;
     const launched = await launchOnce(built, options, adapter);
     if ("retry" in launched) {

@@ -16,6 +16,7 @@ import {
   holderArgv,
   joinShell,
   pidNamespaceHolders,
+  startPidNamespaceAhead,
 } from "../../src/runtime/sandbox/pid_namespace.ts";
 import { checkNoLeaks, isAlive } from "../_helpers/processes.ts";
 import { needs } from "../_helpers/tools.ts";
@@ -111,6 +112,49 @@ describe("pid namespace holder: process", needs("bwrap"), () => {
       HOLDER_LINGER_MS + 10_000,
       "the holder ended",
     );
+  });
+
+  test("startPidNamespaceAhead() starts the holder a later acquirePidNamespace() joins; one nobody joins ends", async () => {
+    // A worker's start begins the holder while its build goes on.
+    const before = new Set(pidNamespaceHolders());
+    const fresh = (): number | undefined =>
+      pidNamespaceHolders().find((pid) => !before.has(pid));
+    startPidNamespaceAhead(adapter, tools(), "ahead.ts");
+    await until(() => fresh() !== undefined, 10_000, "a holder started ahead");
+    const ahead = fresh() as number;
+    const lease = await acquirePidNamespace(adapter, tools(), "ahead.ts");
+    assert.equal(
+      lease.holderPid,
+      ahead,
+      "the worker joins the holder started ahead",
+    );
+    lease.release();
+    await until(() => !isAlive(ahead), HOLDER_LINGER_MS + 10_000, "it ended");
+    await until(
+      () => !pidNamespaceHolders().includes(ahead),
+      10_000,
+      "its exit seen",
+    );
+
+    startPidNamespaceAhead(adapter, tools(), "unjoined.ts");
+    await until(() => fresh() !== undefined, 10_000, "a second holder");
+    const unjoined = fresh() as number;
+    await until(
+      () => !isAlive(unjoined),
+      HOLDER_LINGER_MS + 10_000,
+      "the holder no worker joined ended",
+    );
+  });
+
+  test("a holder started ahead that cannot run fails the worker's acquirePidNamespace() with WorkerStartError", async () => {
+    const broken = { ...tools(), shell: "/nonexistent/sh" };
+    startPidNamespaceAhead(adapter, broken, "db.ts");
+    const error = await rejection(
+      acquirePidNamespace(adapter, broken, "db.ts"),
+      WorkerStartError,
+    );
+    assert.equal(error.failure, "spawn");
+    assert.match(error.message, /pid namespace/);
   });
 
   test("acquirePidNamespace() fails the start with WorkerStartError when the holder cannot run", async () => {

@@ -60,12 +60,20 @@ import { type NetBroker, startNetBroker } from "../sandbox/net/broker.ts";
 import { netRelay } from "../sandbox/net/relay.ts";
 import { runSteps, runStepsYielding, type Steps } from "../turns.ts";
 import type { NetLayout } from "../sandbox/net/targets.ts";
+import type { PidNamespaceTools } from "../sandbox/pid_namespace.ts";
 
 /**
  * How a sandboxed Deno worker gets its private code cache: read-only (every
  * worker), or writable (the warm-up start that fills it, with no grants).
  */
 export type CodeCacheMode = "read-only" | "warm-up";
+
+/**
+ * What the start of a worker begins while its command is still being
+ * built, called once the build knows it: the holder of the shared pid
+ * namespace the worker joins (its programs).
+ */
+export type StartAhead = (pidNamespace: PidNamespaceTools) => void;
 
 /** Whether a write grant of a worker of this process covers `dir` (or its real path). */
 function cacheWritableByWorker(dir: string): boolean {
@@ -145,6 +153,7 @@ function* confinement(
   inner: InnerCommand,
   codeCacheMode: CodeCacheMode,
   setpriv: string | undefined,
+  ahead: StartAhead | undefined,
 ): Steps<Wrapper[]> {
   const request: SandboxRequest = {
     module: input.label,
@@ -201,6 +210,8 @@ function* confinement(
     setpriv,
   });
   if (wrappers.length === 0) return [];
+  const joined = wrappers.find((wrapper) => wrapper.pidNamespace)?.pidNamespace;
+  if (joined !== undefined) ahead?.({ ...joined, setpriv });
   yield;
   const code = inner.codeMounts?.();
   if (code !== undefined) {
@@ -341,6 +352,7 @@ export function buildWorkerCommand(
  * @param input The resolved options.
  * @param adapter The parent's runtime.
  * @param codeCacheMode As for {@linkcode buildWorkerCommand}.
+ * @param ahead What to begin while the build goes on (a spawn follows it).
  * @returns The command.
  * @throws {WorkerStartError} as {@linkcode buildWorkerCommand} does.
  * @throws {PermissionError} as {@linkcode buildWorkerCommand} does.
@@ -349,9 +361,10 @@ export function buildWorkerCommandYielding(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   codeCacheMode: CodeCacheMode = "read-only",
+  ahead?: StartAhead,
 ): Promise<WorkerCommand> {
   return runStepsYielding(
-    buildWorkerCommandSteps(input, adapter, codeCacheMode),
+    buildWorkerCommandSteps(input, adapter, codeCacheMode, ahead),
   );
 }
 
@@ -363,6 +376,7 @@ export function buildWorkerCommandYielding(
  * @param input The resolved options.
  * @param adapter The parent's runtime.
  * @param codeCacheMode As for {@linkcode buildWorkerCommand}.
+ * @param ahead As for {@linkcode buildWorkerCommandYielding}.
  * @returns The steps; their result is the command.
  * @throws {WorkerStartError} as {@linkcode buildWorkerCommand} does.
  * @throws {PermissionError} as {@linkcode buildWorkerCommand} does.
@@ -371,6 +385,7 @@ export function* buildWorkerCommandSteps(
   input: WorkerCommandInput,
   adapter: RuntimeAdapter,
   codeCacheMode: CodeCacheMode,
+  ahead?: StartAhead,
 ): Steps<WorkerCommand> {
   const permissions = input.permissions;
   if (!permissions.all && permissions.write !== true) {
@@ -405,6 +420,7 @@ export function* buildWorkerCommandSteps(
     inner,
     codeCacheMode,
     setpriv,
+    ahead,
   );
   yield;
   // Outside the sandbox, inside the parent-death guard: the worker's

@@ -193,6 +193,12 @@ export interface Wrapper {
    * here). Omitted: false.
    */
   readonly diesWithParent?: boolean;
+  /**
+   * The programs of the shared pid namespace it joins, known before it
+   * wraps anything: the start begins the namespace's holder while the rest
+   * of the build runs. Omitted: it joins none.
+   */
+  readonly pidNamespace?: { readonly bwrap: string; readonly shell: string };
   /** Wraps the inner step. */
   wrap(inner: LaunchStep): WrappedStep;
 }

@@ -15,8 +15,9 @@
  * own), says `ready` and waits for its stdin to close. Each worker's
  * bubblewrap joins its user and pid namespaces (`--userns`, `--pidns`, the
  * descriptors opened by a shell that then execs bubblewrap) and makes every
- * other namespace of its own, as before. The holder starts with the first
- * worker that needs it and ends a second after the last one has exited
+ * other namespace of its own, as before. The holder starts while the first
+ * worker that needs it is being built ({@linkcode startPidNamespaceAhead})
+ * and ends a second after the last one has exited
  * (its stdin closed; with the parent, through `setpriv --pdeathsig` and
  * bubblewrap's `--die-with-parent`).
  *
@@ -165,6 +166,7 @@ export function pidNamespaceWrapper(
 ): Wrapper {
   return {
     name: "pidns",
+    pidNamespace: tools,
     wrap(inner: LaunchStep): WrappedStep {
       return {
         argv: [...joinShell(tools.shell), ...inner.argv],
@@ -257,19 +259,7 @@ export async function acquirePidNamespace(
   tools: PidNamespaceTools,
   module: string,
 ): Promise<PidNamespaceLease> {
-  let holder = current;
-  if (holder === undefined || holder.gone) {
-    const request = { argv: holderArgv(tools), env: {}, cwd: "/" };
-    // What its spawn would load in one block, a turn at a time; another
-    // start may have made the holder meanwhile.
-    await adapter.prepareSpawn?.(request);
-    holder = current;
-    if (holder === undefined || holder.gone) {
-      holder = startHolder(adapter, request, module);
-      current = holder;
-    }
-  }
-  const taken = holder;
+  const taken = await holderFor(adapter, tools, module);
   taken.refs++;
   if (taken.linger !== undefined) {
     clearTimeout(taken.linger);
@@ -281,11 +271,7 @@ export async function acquirePidNamespace(
     released = true;
     taken.refs--;
     if (taken.refs > 0 || taken.gone) return;
-    taken.linger = setTimeout(() => {
-      taken.linger = undefined;
-      if (taken.refs === 0) stopHolder(taken);
-    }, HOLDER_LINGER_MS);
-    unrefTimer(taken.linger);
+    linger(taken);
   };
   let holderPid: number;
   try {
@@ -295,6 +281,61 @@ export async function acquirePidNamespace(
     throw error;
   }
   return { holderPid, release };
+}
+
+/**
+ * Starts the shared namespace's holder ahead of the worker that will join
+ * it, when there is none: a worker's start calls it as soon as its build
+ * knows the worker joins the namespace, so the holder's own start (a
+ * bubblewrap and a shell) runs while the build goes on instead of after
+ * it. A holder no worker joins ends {@linkcode HOLDER_LINGER_MS} after it
+ * is ready; one that fails is reported by the worker's
+ * {@linkcode acquirePidNamespace}, which starts another.
+ *
+ * @param adapter The parent's runtime.
+ * @param tools The programs.
+ * @param module The worker's display name, for the error.
+ */
+export function startPidNamespaceAhead(
+  adapter: RuntimeAdapter,
+  tools: PidNamespaceTools,
+  module: string,
+): void {
+  holderFor(adapter, tools, module).then(async (holder) => {
+    await holder.ready;
+    if (holder.refs === 0 && holder.linger === undefined && !holder.gone) {
+      linger(holder);
+    }
+  }).catch(() => {
+    // The worker's acquirePidNamespace reports it.
+  });
+}
+
+/** The current holder, started when there is none (not yet ready). */
+async function holderFor(
+  adapter: RuntimeAdapter,
+  tools: PidNamespaceTools,
+  module: string,
+): Promise<Holder> {
+  const holder = current;
+  if (holder !== undefined && !holder.gone) return holder;
+  const request = { argv: holderArgv(tools), env: {}, cwd: "/" };
+  // What its spawn would load in one block, a turn at a time; another
+  // start may have made the holder meanwhile.
+  await adapter.prepareSpawn?.(request);
+  const made = current;
+  if (made !== undefined && !made.gone) return made;
+  current = startHolder(adapter, request, module);
+  return current;
+}
+
+/** Ends the holder {@linkcode HOLDER_LINGER_MS} from now unless a worker joins it. */
+function linger(holder: Holder): void {
+  holder.linger = setTimeout(() => {
+    holder.linger = undefined;
+    if (holder.refs === 0) stopHolder(holder);
+  }, HOLDER_LINGER_MS);
+  unrefTimer(holder.linger);
 }
 
 function unrefTimer(timer: ReturnType<typeof setTimeout>): void {
