@@ -614,6 +614,7 @@ function cliSection(view: View): string {
       ratio((c?.cliMs ?? NaN) / (c?.handMs ?? NaN)),
       fmt(c?.stallMs),
       fmt(c?.stallMaxMs),
+      fmt(c?.stallNodeLoadedMs),
     ];
   });
   return table([
@@ -623,6 +624,7 @@ function cliSection(view: View): string {
     "ratio",
     "longest event-loop stall, median, ms",
     "longest stall, worst run, ms",
+    "longest stall, Node compatibility started before, median, ms",
   ], rows);
 }
 
@@ -755,7 +757,7 @@ ${importSection(view)}`);
   if (has("cli")) {
     parts.push(`## Issue 23: a CLI with one one-shot call
 
-Whole processes, spawn to exit: \`scripts/bench/first_start.ts\` imports airlock, makes one \`oneShot\` call with the default options (sandboxed) and exits; \`scripts/bench/hand_cli.ts\` spawns a hand-written stdin/stdout worker (\`hand_worker.ts\`) on the same runtime, asks it one sum and exits. Both run with all permissions on Deno. first_start.ts also reports the longest gap of a 1 ms timer from the call (after its import of airlock) to the answer: the parent's longest event-loop stall during its first start.
+Whole processes, spawn to exit: \`scripts/bench/first_start.ts\` imports airlock, makes one \`oneShot\` call with the default options (sandboxed) and exits; \`scripts/bench/hand_cli.ts\` spawns a hand-written stdin/stdout worker (\`hand_worker.ts\`) on the same runtime, asks it one sum and exits. Both run with all permissions on Deno. first_start.ts also reports the longest gap of a 1 ms timer from the call (after its import of airlock) to the answer: the parent's longest event-loop stall during its first start. It touches no Node built-in before the call; on Deno the start is then what starts Node compatibility (one block of some 20 to 35 ms: \`node:child_process\` is the only Deno spawn that can hand bubblewrap the native step's descriptor), so the last column runs it after an import of \`node:process\`, as in a program that uses any npm package.
 
 ${cliSection(view)}`);
   }

@@ -969,13 +969,18 @@ async function runOutput(
  */
 async function cli(config: DriverConfig): Promise<unknown> {
   // Both CLIs spawn processes and read files: all permissions on Deno.
-  const cliArgv = (script: string): string[] =>
+  const cliArgv = (script: string, ...args: string[]): string[] =>
     runtimeName() === "deno"
-      ? [execPath(), "run", "-A", "--quiet", scriptPath(script)]
-      : [execPath(), "run", scriptPath(script)];
+      ? [execPath(), "run", "-A", "--quiet", scriptPath(script), ...args]
+      : [execPath(), "run", scriptPath(script), ...args];
   const airlock: number[] = [];
   const hand: number[] = [];
   const stalls: number[] = [];
+  const stallsNodeLoaded: number[] = [];
+  const stallOf = (stdout: string): number =>
+    (JSON.parse(stdout.trim().split("\n").at(-1) ?? "{}") as {
+      stallMs: number;
+    }).stallMs;
   const env = {
     ...workerEnv,
     PATH: envVar("PATH") ?? "/usr/bin:/bin",
@@ -993,14 +998,17 @@ async function cli(config: DriverConfig): Promise<unknown> {
       "hand_cli.ts exits 0",
     );
     const handMs = performance.now() - t;
+    // Its stall in a program that started Node compatibility before.
+    const loaded = await runOutput(
+      cliArgv("first_start.ts", "node-loaded"),
+      env,
+    );
+    check(loaded.code === 0, "first_start.ts node-loaded exits 0");
     if (i >= 0) {
       airlock.push(airlockMs);
       hand.push(handMs);
-      stalls.push(
-        (JSON.parse(run.stdout.trim().split("\n").at(-1) ?? "{}") as {
-          stallMs: number;
-        }).stallMs,
-      );
+      stalls.push(stallOf(run.stdout));
+      stallsNodeLoaded.push(stallOf(loaded.stdout));
     }
   }
   return {
@@ -1008,6 +1016,7 @@ async function cli(config: DriverConfig): Promise<unknown> {
     handMs: median(hand),
     stallMs: median(stalls),
     stallMaxMs: Math.max(...stalls),
+    stallNodeLoadedMs: median(stallsNodeLoaded),
   };
 }
 
