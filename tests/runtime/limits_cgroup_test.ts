@@ -34,7 +34,7 @@ const dir = scratchDir("cgroups");
 after(() => dir[Symbol.dispose]());
 
 /**
- * A cgroup v2 hierarchy simulated by plain files: control files are files
+ * A cgroup hierarchy (v2, or v1 with its tasks files) simulated by plain files: control files are files
  * the test writes first, a group is a directory, removing a group removes
  * its files unless it holds a group or its cgroup.procs lists a process (as
  * the kernel refuses).
@@ -45,6 +45,7 @@ function treeFs(): CgroupFs {
     mkdir: (path) => {
       mkdirSync(path);
       writeFileSync(`${path}/cgroup.procs`, "");
+      writeFileSync(`${path}/tasks`, ""); // v1's
       writeFileSync(`${path}/memory.swap.max`, "max");
     },
     rmdir: (path) => {
@@ -192,8 +193,13 @@ describe("cgroup v1 backend (against a tree in a temporary directory)", () => {
     const fs = treeFs();
     const backend = cgroupV1({ memory, pids }, treeContext(fs));
     const group = backend.create({ memoryBytes: 2 ** 27, processes: 16 });
-    const [memoryProcs = "", pidsProcs = ""] = group.join;
-    assert.ok(memoryProcs.startsWith(memory) && pidsProcs.startsWith(pids));
+    // The step joins through each group's tasks file (one thread, no
+    // grace period); the group lists its processes in cgroup.procs.
+    const [memoryTasks = "", pidsTasks = ""] = group.join;
+    assert.ok(memoryTasks.startsWith(memory) && pidsTasks.startsWith(pids));
+    assert.ok(memoryTasks.endsWith("/tasks") && pidsTasks.endsWith("/tasks"));
+    const memoryProcs = memoryTasks.replace(/tasks$/, "cgroup.procs");
+    const pidsProcs = pidsTasks.replace(/tasks$/, "cgroup.procs");
     // The killed worker is gone from pids at once; memory holds it until
     // it is reaped, as the kernel does.
     writeFileSync(memoryProcs, "31\n");
@@ -274,7 +280,7 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
     assert.ok(backend.memory && backend.pids);
     const group = backend.create({ memoryBytes: 2 ** 27, processes: 16 });
     const files = group.join.map((file) =>
-      file.replace(/\/cgroup\.procs$/, "")
+      file.replace(/\/(cgroup\.procs|tasks)$/, "")
     );
     assert.equal(files.length, 2);
     const memory = files.find((file) => file.includes("/memory/")) ?? "";
@@ -317,7 +323,7 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
     const places = (() => {
       const group = backend.create({ memoryBytes: undefined, processes: 8 });
       const dirs = group.join.map((file) =>
-        file.replace(/\/airlock-[^/]+\/w\d+\/cgroup\.procs$/, "")
+        file.replace(/\/airlock-[^/]+\/w\d+\/(cgroup\.procs|tasks)$/, "")
       );
       group.remove();
       return dirs;
@@ -346,7 +352,7 @@ describe("cgroup v1 backend (for real)", skipUnless(v1Here()), () => {
     assert.ok(!("error" in backend) && backend.version === 1);
     const group = backend.create({ memoryBytes: undefined, processes: 8 });
     const pids = (group.join.find((file) => file.includes("/pids/")) ?? "")
-      .replace(/\/airlock-[^/]+\/w\d+\/cgroup\.procs$/, "");
+      .replace(/\/airlock-[^/]+\/w\d+\/(cgroup\.procs|tasks)$/, "");
     const stale = `${pids}/airlock-999999999-1`;
     mkdirSync(`${stale}/w1`, { recursive: true });
     const context: CgroupContext = {

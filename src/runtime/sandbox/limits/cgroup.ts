@@ -20,8 +20,10 @@ export interface CgroupLimits {
 /** The group of one worker. */
 export interface WorkerCgroup {
   /**
-   * The `cgroup.procs` files the worker's first process writes `0` to (one
-   * per hierarchy) before it runs anything else, so its whole tree is in.
+   * The files the worker's first process writes `0` to (one per hierarchy)
+   * before it runs anything else, so its whole tree is in: each group's
+   * `tasks` on cgroup v1 (the step is single-threaded: moving its thread
+   * moves it), its `cgroup.procs` on v2.
    */
   readonly join: readonly string[];
   /** Processes of the group the kernel's out-of-memory killer ended so far. */

@@ -246,7 +246,11 @@ function createWorkerGroup(
   let removed = false;
   live.add(made);
   return {
-    join: made.map((group) => `${group}/cgroup.procs`),
+    // `tasks`, not `cgroup.procs`: the step is a single-threaded shell that
+    // moves itself, and the kernel moves the writing thread without taking
+    // cgroup_threadgroup_rwsem for writing, whose first taking after a
+    // quiet spell waits for an RCU grace period (most of the step's cost).
+    join: made.map((group) => `${group}/tasks`),
     oomKills: () => {
       if (memoryGroup === undefined) return 0;
       try {

@@ -2,8 +2,8 @@
  * The limits step: the outermost layer a local worker starts through,
  * before any sandbox. A POSIX shell raises its `oom_score_adj` (so the
  * kernel's out-of-memory killer picks a worker before the parent, always),
- * writes `0` to each of the worker's `cgroup.procs` (so the tree is in its
- * groups before anything forks), and execs the rest: `prlimit` with the
+ * writes `0` to each of the worker's groups' join files (`WorkerCgroup.join`:
+ * so the tree is in its groups before anything forks), and execs the rest: `prlimit` with the
  * worker's rlimits when it has any, then the sandbox and the worker. Every
  * step execs: the worker keeps the step's pid and exit status; each inherits
  * the score, the groups and the rlimits.
@@ -24,7 +24,7 @@ export const LIMITS_STDERR_PREFIX = "airlock limits:";
 export const LIMITS_FAILED_EXIT_CODE = 126;
 
 /**
- * The step's script: `$0` is the score, then the `cgroup.procs` files up to
+ * The step's script: `$0` is the score, then the groups' join files up to
  * `--`, then the command. Errors of its redirections go to /dev/null; its
  * own lines name what failed.
  */
@@ -70,7 +70,7 @@ export function prlimitArgs(rlimits: RlimitSettings): string[] {
 export interface LimitsWrapperOptions {
   /** The POSIX shell (`/bin/sh`). */
   shell: string;
-  /** The `cgroup.procs` files of the worker's groups. */
+  /** The join files of the worker's groups (`WorkerCgroup.join`). */
   join: readonly string[];
   /** The rlimits. */
   rlimits: RlimitSettings;
