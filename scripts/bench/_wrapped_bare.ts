@@ -59,7 +59,7 @@ function bareRuntime(argv: readonly string[], empty: string): string[] {
 
 /**
  * The same command without the limits step (`sh -c <script> <score>
- * <cgroup.procs files> -- [prlimit <rlimits> --] <rest>`): what a start
+ * <the groups' join files> -- [prlimit <rlimits> --] <rest>`): what a start
  * would cost without its cgroups, rlimits and oom_score_adj.
  *
  * @param argv A worker's (or bare) command.
