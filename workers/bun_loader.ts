@@ -1,7 +1,7 @@
 /**
  * The program a Bun worker runs when airlock's worker side is pre-bundled
  * (src/runtime/bun_entry.ts):
- * `bun_loader.ts <bundle> <sha256> <module URL> [--parent-watchdog]`.
+ * `bun_loader.ts <bundle> <sha256> <module URL> [--parent-watchdog] [--chmod-fallback]`.
  *
  * Reads the bundle once, checks its bytes against the SHA-256 the parent
  * holds (recorded in airlock's code for the checked-in
@@ -66,4 +66,5 @@ const entry = await import(url) as typeof import("./entry.ts");
 URL.revokeObjectURL(url);
 await entry.runEntry(() => import(specifier), specifier, {
   parentWatchdog: flags.includes(entry.PARENT_WATCHDOG_FLAG),
+  chmodFallback: flags.includes(entry.CHMOD_FALLBACK_FLAG),
 });

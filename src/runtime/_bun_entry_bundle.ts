@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "51caa62d988290fa9ddab9654a7f84cb59710d18e46431d99fe80a60924a8ea3",
+  sha256: "7f47153d7ccf39a21f586cba3b818e9ff15bd947a28804868f6721c69b60a401",
   bun: "1.4.5",
   sources: [
     [
@@ -126,7 +126,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/worker/chmod_fallback.ts",
-      "6c55d4e30aaf8d1ae51413331badd313c8abb1e7e77fb60cebfc81a850755cb6",
+      "b9456eff130162c37cadc1f91ea91764be7b0961e752d8b9216b231b7c9fbd40",
     ],
     [
       "src/worker/define_worker.ts",
@@ -150,7 +150,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "workers/entry.ts",
-      "3f4c4ecbfeba402f56e08e727690201a52c0eb7cd456d9d8939ebb58b5f0a324",
+      "acc150f257669045942ee87916515be996a48eac1b0f752984b496596a2532f1",
     ],
   ],
 };

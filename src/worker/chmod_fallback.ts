@@ -10,14 +10,24 @@
  * everywhere else.
  *
  * Installed before any user code loads: on Deno around `Deno.chmodSync`
- * and `Deno.chmod` (which its `node:fs` calls), on Bun around `node:fs`'s
- * `chmodSync`, `chmod` and `promises.chmod`. Confinement does not depend on
- * it: a worker that removes it only loses the retry.
+ * and `Deno.chmod` (which its `node:fs` calls), always (it loads nothing);
+ * on Bun around `node:fs`'s `chmodSync`, `chmod` and `promises.chmod`, only
+ * where the parent passed {@linkcode CHMOD_FALLBACK_FLAG} (Landlock alone:
+ * loading `node:fs` and its promises costs a Bun start 7 to 9 ms).
+ * Confinement does not depend on it: a worker that removes it only loses
+ * the retry.
  *
  * @module
  */
 
 import type * as Fs from "node:fs";
+
+/**
+ * The flag of a Bun worker's entry (`entry.ts <module URL> --chmod-fallback`)
+ * that installs the retry: the parent passes it where Landlock is the only
+ * backend.
+ */
+export const CHMOD_FALLBACK_FLAG = "--chmod-fallback";
 
 type Mode = number | string;
 type ChmodSync = (path: string | URL, mode: Mode) => void;

@@ -49,10 +49,12 @@ import { hostFactsSteps } from "../sandbox/facts.ts";
 import { resolveGrantPaths } from "../sandbox/grant_links.ts";
 import { sandboxPlan, type SandboxRequest } from "../sandbox/plan.ts";
 import {
+  entryFlag,
   type InnerCommand,
   innerCommand,
   workerEntryUrl,
 } from "./inner_command.ts";
+import { CHMOD_FALLBACK_FLAG } from "../../worker/chmod_fallback.ts";
 import { sandboxWrappers } from "../sandbox/wrappers.ts";
 import { limitsLaunch } from "../sandbox/limits/launch.ts";
 import { SANDBOX_MESSAGES } from "../sandbox/messages.ts";
@@ -176,6 +178,10 @@ function* confinement(
     }),
   );
   if (!plan.confined || inner.binary === undefined) return [];
+  // Landlock alone: seccomp refuses chmod by path, which a Bun worker's
+  // entry then retries through a descriptor (loading node:fs for it costs
+  // a Bun start ~8 ms, so only where it is needed; Deno's is free).
+  if (plan.bwrap === undefined) entryFlag(inner, CHMOD_FALLBACK_FLAG);
   yield;
   const grants = resolveGrantPaths(
     input.permissions,

@@ -79,6 +79,23 @@ export interface InnerCommand {
   codeCache?: string;
   /** The broker of the worker's forwarded network (`host:port` grants under bubblewrap). */
   network?: NetBroker;
+  /**
+   * Whether its argv ends with airlock's Bun entry (or its loader) and
+   * the entry's flags, so that the build may add one (`entryFlag()`).
+   */
+  bunEntry?: boolean;
+}
+
+/**
+ * Adds a flag of airlock's Bun entry (`workers/entry.ts`) to an inner
+ * command that runs it; other commands are left as they are.
+ *
+ * @param inner The command.
+ * @param flag The flag.
+ */
+export function entryFlag(inner: InnerCommand, flag: string): void {
+  if (inner.bunEntry !== true || inner.step.argv.includes(flag)) return;
+  inner.step.argv = [...inner.step.argv, flag];
 }
 
 /**
@@ -227,7 +244,9 @@ function moduleCommand(
     runtime: input.runtime,
     codeMounts,
     compiledDeno: false,
-    ...(input.runtime === "deno" ? { denoModule: moduleUrl.href } : {}),
+    ...(input.runtime === "deno"
+      ? { denoModule: moduleUrl.href }
+      : { bunEntry: true }),
   };
 }
 
