@@ -21,7 +21,7 @@ export const BUN_ENTRY_BUNDLE: {
   readonly sources: readonly (readonly [string, string])[];
 } = {
   file: "workers/entry_bundle.js",
-  sha256: "7f47153d7ccf39a21f586cba3b818e9ff15bd947a28804868f6721c69b60a401",
+  sha256: "6444ab87ea006cc7e268b20b836cbcf23a01be736c49cd4f090da82024112b77",
   bun: "1.4.5",
   sources: [
     [
@@ -110,7 +110,7 @@ export const BUN_ENTRY_BUNDLE: {
     ],
     [
       "src/runtime/turns.ts",
-      "3acddba4da696a15ee9ce7150922b3c046ba9e95d59fce1e1e45ad9f0b2b9527",
+      "2dc783ea86153476635c73f7cc124c03e9074c10f73769a806cbd7498e27f701",
     ],
     [
       "src/worker/_outbox.ts",
