@@ -799,7 +799,11 @@ export function conformance(target: ConformanceTarget): void {
       await using p = pool<ConformanceWorker>(label, {
         ...options({ onStderr: () => {} }),
         max: 2,
+        prewarm: 2,
       });
+      // Both ready first: a second worker still starting when the first
+      // has answered (a loaded machine) would rightly get no call.
+      await until(() => p.stats().workers === 2, 20_000, "2 workers ready");
       const values = await within(
         Promise.all([p.delay(300, "a"), p.delay(300, "b")]),
         20_000,
