@@ -134,9 +134,11 @@ describe("pool() pipelining (in memory)", () => {
   test("pool() writes ahead only once it runs max workers: queued calls wait for a worker being started", async () => {
     using _rt = runtime();
     await using p = pool<typeof memory>(MODULE, { ...quiet, max: 2 });
+    // Calls long enough for the second worker's start to end while the
+    // first runs, on a loaded machine too (50 ms was not, in CI).
     const pids = await within(
       Promise.all(
-        [p.delay(50, 0), p.delay(50, 0)].map((call) =>
+        [p.delay(1_000, 0), p.delay(1_000, 0)].map((call) =>
           call.then(() => p.stats().perWorker.length)
         ),
       ),
