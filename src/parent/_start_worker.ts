@@ -232,12 +232,17 @@ function joinedPidNamespace(
   return acquirePidNamespace(adapter, command.pidNamespace, command.module);
 }
 
-/** What a start begins while its command is built: the pid namespace's holder. */
-function startAhead(
+/**
+ * A start's command, built in slices, with the pid namespace's holder begun
+ * as soon as the build knows the worker joins it.
+ */
+function buildForStart(
   options: ResolvedWorkerOptions,
   adapter: RuntimeAdapter,
-): StartAhead {
-  return (tools) => startPidNamespaceAhead(adapter, tools, options.label);
+): Promise<WorkerCommand> {
+  const ahead: StartAhead = (tools) =>
+    startPidNamespaceAhead(adapter, tools, options.label);
+  return buildWorkerCommandYielding(options, adapter, "read-only", ahead);
 }
 
 /**
@@ -259,12 +264,7 @@ async function firstCommand(
   // answers in slices.
   await loadStartBuiltins();
   await prefetchHostFacts(options, adapter);
-  const first = await buildWorkerCommandYielding(
-    options,
-    adapter,
-    "read-only",
-    startAhead(options, adapter),
-  );
+  const first = await buildForStart(options, adapter);
   await nextTurn();
   const warmed = await warmUpCodeCache(
     options,
@@ -474,13 +474,7 @@ export async function startWorker(
   for (let attempt = 1; attempt <= attempts; attempt++) {
     if (attempt > 1) await delay(backoffMs(attempt - 1));
     const routed = routedEvents(startEvents(options.label));
-    const built = first ??
-      await buildWorkerCommandYielding(
-        options,
-        adapter,
-        "read-only",
-        startAhead(options, adapter),
-      );
+    const built = first ?? await buildForStart(options, adapter);
     first = undefined;
     const launched = await launchOnce(built, options, adapter);
     if ("retry" in launched) {
